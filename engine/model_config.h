@@ -1,0 +1,45 @@
+// Architecture hyper-parameters of a decoder-only transformer.
+#ifndef PDSERVE_ENGINE_MODEL_CONFIG_H_
+#define PDSERVE_ENGINE_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace pdserve {
+
+enum class Architecture {
+  kLlama,  // Llama 1/2/3, SmolLM2, llama2.c checkpoints
+  kQwen3,  // Qwen3 dense: per-head RMSNorm on q and k
+};
+
+// Plain value type; filled by the model loaders, read by the forward pass,
+// the KV pool and the front end. Dimensions are element counts.
+struct ModelConfig {
+  Architecture arch = Architecture::kLlama;
+  std::string name;            // e.g. "SmolLM2-135M-Instruct"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;     // model width ("dim", "n_embd")
+  int64_t intermediate_size = 0;  // MLP hidden width
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;       // query heads
+  int64_t num_kv_heads = 0;    // key/value heads (grouped-query attention)
+  int64_t head_dim = 0;        // may differ from hidden_size / num_heads (Qwen3)
+  int64_t rope_dims = 0;       // rotated dims per head (== head_dim unless partial)
+  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::kNeox;
+  float rms_norm_eps = 1e-5f;
+  int64_t max_context = 2048;  // the model's trained context length
+  bool tied_embeddings = false;   // LM head reuses the token embedding
+  bool qk_norm = false;           // Qwen3: RMSNorm over each q/k head
+  int32_t bos_token_id = -1;
+  int32_t eos_token_id = -1;
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_MODEL_CONFIG_H_

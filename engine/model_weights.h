@@ -1,0 +1,52 @@
+// The weights of a loaded model, as views into memory the object owns.
+#ifndef PDSERVE_ENGINE_MODEL_WEIGHTS_H_
+#define PDSERVE_ENGINE_MODEL_WEIGHTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_config.h"
+#include "kernels/matmul.h"
+
+namespace pdserve {
+
+// Weights of one decoder layer. Matrices are [out][in] (WeightView rows are
+// output features). Norm vectors are f32 of their stated length.
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [hidden_size]
+  WeightView wq;                     // [q_dim][hidden_size]
+  WeightView wk;                     // [kv_dim][hidden_size]
+  WeightView wv;                     // [kv_dim][hidden_size]
+  WeightView wo;                     // [hidden_size][q_dim]
+  const float* q_norm = nullptr;     // [head_dim], Qwen3 only
+  const float* k_norm = nullptr;     // [head_dim], Qwen3 only
+  const float* ffn_norm = nullptr;   // [hidden_size]
+  WeightView w_gate;                 // [intermediate_size][hidden_size]
+  WeightView w_up;                   // [intermediate_size][hidden_size]
+  WeightView w_down;                 // [hidden_size][intermediate_size]
+};
+
+// A complete model: config plus weights. Owns the backing storage (file
+// mappings and converted buffers, in `storage`) so the views stay valid for
+// the object's lifetime. Immutable after loading; safe to share read-only
+// between threads.
+struct ModelWeights {
+  ModelConfig config;
+  std::string source_path;       // file or folder it was loaded from
+  std::string source_format;     // "gguf", "safetensors", "llama2c"
+  WeightView token_embedding;    // [vocab_size][hidden_size]
+  std::vector<LayerWeights> layers;
+  const float* output_norm = nullptr;  // [hidden_size]
+  WeightView lm_head;            // [vocab_size][hidden_size]; == token_embedding when tied
+
+  // Opaque owners of the memory the views point into.
+  std::vector<std::shared_ptr<const void>> storage;
+
+  // Total bytes of all weight matrices and vectors (for bandwidth metrics).
+  int64_t weight_bytes = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_MODEL_WEIGHTS_H_

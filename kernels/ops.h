@@ -1,0 +1,44 @@
+// Element-wise and row-wise f32 operations of a transformer layer (CPU).
+// All functions are pure and thread-compatible; pointers must not alias
+// unless stated.
+#ifndef PDSERVE_KERNELS_OPS_H_
+#define PDSERVE_KERNELS_OPS_H_
+
+#include <cstdint>
+
+namespace pdserve {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i < n. out may equal x.
+void RmsNorm(const float* x, const float* weight, float eps, int64_t n,
+             float* out);
+
+// How rotary embedding pairs the dimensions of a head.
+enum class RopeStyle {
+  kInterleaved,  // pairs (2i, 2i+1): Meta/llama2.c and GGUF "llama" layout
+  kNeox,         // pairs (i, i + rot_dims/2): Hugging Face rotate_half layout
+};
+
+// Rotates, in place, the first rot_dims dimensions of each of n_heads heads
+// of head_dim floats at x, for position `pos`, with frequencies
+// theta^(-2i/rot_dims). rot_dims is even and <= head_dim.
+void ApplyRope(float* x, int n_heads, int head_dim, int rot_dims, double pos,
+               float theta, RopeStyle style);
+
+// out[i] = silu(gate[i]) * up[i]. out may equal gate.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// In-place numerically stable softmax over n values.
+void Softmax(float* x, int64_t n);
+
+// y[i] += x[i].
+void AddInPlace(float* y, const float* x, int64_t n);
+
+// Dot product of two f32 vectors (SIMD where available).
+float Dot(const float* a, const float* b, int64_t n);
+
+// y[i] += a * x[i] (SIMD where available).
+void Axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_KERNELS_OPS_H_

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds pdserve and runs every test (ctest; gpu-labelled tests skip without a
+# device). Installs the build dependencies and the default model first.
+#   scripts/test.sh [ctest args...]     e.g. scripts/test.sh -L unit
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${PDSERVE_BUILD_DIR:-build}"
+JOBS="${PDSERVE_JOBS:-$(nproc)}"
+scripts/setup.sh
+echo "[test] configuring $BUILD"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+echo "[test] building with $JOBS jobs"
+cmake --build "$BUILD" -j "$JOBS"
+echo "[test] running tests"
+ctest --test-dir "$BUILD" --output-on-failure --timeout 600 "$@"
