@@ -1,6 +1,6 @@
 // Paged key/value storage for the full-attention layers (host memory, f32).
-#ifndef PDSERVE_ENGINE_KV_STORAGE_H_
-#define PDSERVE_ENGINE_KV_STORAGE_H_
+#ifndef PDSERVE_ENGINE_KV_KV_STORAGE_H_
+#define PDSERVE_ENGINE_KV_KV_STORAGE_H_
 
 #include <cstdint>
 #include <vector>
@@ -59,4 +59,4 @@ class KvStorage {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_ENGINE_KV_STORAGE_H_
+#endif  // PDSERVE_ENGINE_KV_KV_STORAGE_H_
