@@ -1,0 +1,162 @@
+// EngineCore: the engine's step executor, the API the gRPC engine service
+// wraps. It owns the KV capacity pool and the per-sequence state (validity
+// mask / next_pos, sampler, stop conditions) and executes a step plan as ONE
+// batched forward pass followed by per-sequence sampling.
+//
+// Sequence life cycle (capacity semantics, see ../shared/DESIGN.md, "Fixed-
+// shape KV capacity contract"):
+//   AddSequence(id, prompt, max_seq_len, ...)   prompt sent once; validated
+//   Step({id, k}) ...                           prefill chunks of k prompt
+//                                               tokens from next_pos
+//   -> the step whose chunk reaches the end of the prompt samples the first
+//      new token;
+//   Step({id, 1}) ...                           decode: feeds the last
+//                                               sampled token, samples one
+//   -> finished: `stop` when the sampled token is a stop id; `length` when
+//      max_new_tokens were generated or the KV capacity (max_seq_len
+//      positions) is full, so the sampled token could not be fed back.
+//      A sequence therefore yields at most max_seq_len - prompt_len + 1
+//      tokens.
+//   Release(id)                                 frees its pages at once
+//                                               (finish or cancel; finished
+//                                               sequences must be released
+//                                               too).
+#ifndef PDSERVE_ENGINE_KV_ENGINE_CORE_H_
+#define PDSERVE_ENGINE_KV_ENGINE_CORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/model_weights.h"
+
+namespace pdserve {
+
+struct SamplingParams;  // engine/model/sampler.h
+class ThreadPool;       // kernels/thread_pool.h
+
+// Engine construction options.
+struct EngineOptions {
+  KvMemoryBudget kv_memory{.bytes = 0, .fraction = 0.5};  // --kv-memory
+  int64_t page_size = 16;          // tokens per KV page
+  int64_t max_sequences = 256;     // sequences live at once
+  int64_t max_step_tokens = 2048;  // tokens one Step may process in total
+  // Monotonic clock for step timings, in nanoseconds; defaults to
+  // std::chrono::steady_clock. Inject a fake for deterministic tests.
+  std::function<int64_t()> now_ns;
+  // Available memory for a fractional budget; defaults to /proc/meminfo.
+  std::function<absl::StatusOr<int64_t>()> available_bytes;
+};
+
+// One entry of a step plan: process `num_tokens` tokens of sequence `id`.
+// While the prompt is not fully processed this is a prefill chunk of the
+// next num_tokens prompt tokens (from next_pos); afterwards it must be 1, a
+// decode step feeding the last sampled token.
+struct StepPlanEntry {
+  SequenceId id = 0;
+  int32_t num_tokens = 0;
+};
+
+enum class FinishReason : int32_t {
+  kNone = 0,    // still running
+  kStop = 1,    // sampled a stop token (included in the output)
+  kLength = 2,  // max_new_tokens reached or KV capacity full
+};
+
+const char* FinishReasonName(FinishReason reason);  // "none" "stop" "length"
+
+// Outcome of one plan entry, in plan order.
+struct SequenceStepResult {
+  SequenceId id = 0;
+  int32_t tokens_processed = 0;  // tokens written to the KV cache this step
+  bool has_token = false;        // a new token was sampled
+  int32_t token = -1;            // valid when has_token
+  float logprob = 0.0f;          // log p(token) under the sampling
+                                 // distribution's base (softmax of logits)
+  FinishReason finish = FinishReason::kNone;
+  int64_t next_pos = 0;          // positions now valid in its mask
+};
+
+// Result of Step. Owned by the caller and reused across steps: Step clears
+// and refills it without allocating once `sequences` has grown to the plan
+// size.
+struct StepResult {
+  std::vector<SequenceStepResult> sequences;
+  int64_t tokens_processed = 0;   // sum over sequences
+  int64_t forward_ns = 0;         // the batched forward pass
+  int64_t sample_ns = 0;          // sampling of all sequences
+  int64_t total_ns = 0;           // whole Step call
+  int64_t weight_bytes_read = 0;  // model weights read (once per step)
+  int64_t kv_bytes_read = 0;      // keys and values attended over
+  int64_t kv_bytes_written = 0;   // keys and values of the new tokens
+};
+
+// Pool and sequence counters (Stats()).
+struct EngineStats {
+  KvPoolStats pool;
+  int64_t resident_bytes = 0;  // pool memory physically resident (mincore)
+  int64_t running = 0;         // live, unfinished sequences
+  int64_t finished = 0;        // finished, not yet released
+  int64_t steps = 0;           // Step calls that ran a forward pass
+  int64_t tokens_processed = 0;  // cumulative
+};
+
+// Thread-compatible: one call at a time (the engine's step thread). Buffers
+// that keep their shape (activations, logits, token staging, sampler
+// scratch) are allocated at Create and reused: Step does not allocate on the
+// heap in steady state.
+class EngineCore {
+ public:
+  // `weights` must outlive the core; `pool` runs the kernels (its threads are
+  // used by every Step). Errors name the numbers (budget, geometry).
+  static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
+      std::shared_ptr<const ModelWeights> weights, ThreadPool* threads,
+      EngineOptions options);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // Admits a sequence. Takes no KV pages yet (they follow the tokens).
+  // Errors: ALREADY_EXISTS (live id); INVALID_ARGUMENT for an empty prompt,
+  // a token id >= vocab size or < 0, max_seq_len <= 0 or above the model's
+  // context length or the pool's total tokens, a prompt longer than
+  // max_seq_len, max_new_tokens <= 0, bad sampling parameters;
+  // RESOURCE_EXHAUSTED when max_sequences are live.
+  absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
+                           int64_t max_seq_len, const SamplingParams& params,
+                           absl::Span<const int32_t> stop_token_ids,
+                           int64_t max_new_tokens);
+
+  // Executes `plan` as one forward pass and samples. The plan is validated
+  // before anything changes: an unknown or finished id, a duplicate id,
+  // num_tokens <= 0, a prefill chunk past the end of the prompt, a decode of
+  // more than 1 token, or more than max_step_tokens in total give
+  // INVALID_ARGUMENT / FAILED_PRECONDITION; too few free KV pages gives
+  // RESOURCE_EXHAUSTED (pages needed, free). In all these cases no sequence
+  // changed. A decode step on a sequence whose capacity is full finishes it
+  // with kLength (processed 0) without hurting the others.
+  absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
+
+  // Forgets `id` and frees its pages and state at once (finish or cancel).
+  // NOT_FOUND for an unknown id.
+  absl::Status Release(SequenceId id);
+
+  const KvGeometry& Geometry() const;
+  EngineStats Stats() const;
+  const ModelConfig& model_config() const;
+
+  class Impl;
+
+ private:
+  explicit EngineCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_KV_ENGINE_CORE_H_

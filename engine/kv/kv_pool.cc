@@ -1,0 +1,389 @@
+#include "engine/kv/kv_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace pdserve {
+
+KvModelShape KvModelShape::FromConfig(const ModelConfig& config) {
+  KvModelShape shape;
+  shape.num_attention_layers = config.num_layers;
+  shape.kv_dim = config.kv_dim();
+  shape.max_context = config.max_context;
+  return shape;
+}
+
+absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo) {
+  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
+    if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::ConsumeSuffix(&line, "kB")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MemAvailable line has no kB unit: '", line, "'"));
+    }
+    int64_t kb = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kb) || kb < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("MemAvailable value is not a count: '", line, "'"));
+    }
+    return kb * 1024;
+  }
+  return absl::InvalidArgumentError("no MemAvailable line in meminfo");
+}
+
+absl::StatusOr<int64_t> ReadMemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) return absl::UnavailableError("cannot open /proc/meminfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseMemAvailable(text.str());
+}
+
+namespace {
+
+absl::Status CheckShape(const KvModelShape& s, int64_t page_size,
+                        int64_t max_sequences) {
+  if (s.num_attention_layers < 0 || s.num_linear_layers < 0 ||
+      s.num_attention_layers + s.num_linear_layers <= 0 || s.kv_dim < 0 ||
+      (s.num_attention_layers > 0 && s.kv_dim <= 0) ||
+      s.conv_state_floats < 0 || s.recurrent_state_floats < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad KV model shape: attention layers=", s.num_attention_layers,
+        " kv_dim=", s.kv_dim, " linear layers=", s.num_linear_layers,
+        " conv state=", s.conv_state_floats,
+        " recurrent state=", s.recurrent_state_floats));
+  }
+  if (page_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV page size must be positive, got ", page_size));
+  }
+  if (max_sequences <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_sequences must be positive, got ", max_sequences));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ResolveBudget(
+    const KvMemoryBudget& budget,
+    const std::function<absl::StatusOr<int64_t>()>& available_bytes) {
+  const bool has_bytes = budget.bytes != 0;
+  const bool has_fraction = budget.fraction != 0.0;
+  if (has_bytes == has_fraction) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV memory budget needs exactly one of bytes or fraction; got bytes=",
+        budget.bytes, " fraction=", budget.fraction));
+  }
+  if (has_bytes) {
+    if (budget.bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV memory budget must be positive, got ", budget.bytes, " bytes"));
+    }
+    return budget.bytes;
+  }
+  if (!(budget.fraction > 0.0 && budget.fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV memory fraction must be in (0, 1], got ", budget.fraction));
+  }
+  if (!available_bytes) {
+    return absl::InvalidArgumentError(
+        "fractional KV budget without a source of available memory");
+  }
+  absl::StatusOr<int64_t> avail = available_bytes();
+  if (!avail.ok()) return avail.status();
+  return static_cast<int64_t>(static_cast<double>(*avail) * budget.fraction);
+}
+
+}  // namespace
+
+absl::StatusOr<KvGeometry> ComputeKvGeometry(
+    const KvModelShape& shape, const KvMemoryBudget& budget, int64_t page_size,
+    int64_t max_sequences,
+    const std::function<absl::StatusOr<int64_t>()>& available_bytes) {
+  if (absl::Status s = CheckShape(shape, page_size, max_sequences); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<int64_t> resolved = ResolveBudget(budget, available_bytes);
+  if (!resolved.ok()) return resolved.status();
+
+  KvGeometry g;
+  g.num_layers = shape.num_attention_layers;
+  g.kv_dim = shape.kv_dim;
+  g.page_size = page_size;
+  g.max_context = shape.max_context;
+  g.max_sequences = max_sequences;
+  g.budget_bytes = *resolved;
+  g.bytes_per_token_per_layer = 2 * shape.kv_dim * 4;
+  g.bytes_per_token = g.bytes_per_token_per_layer * shape.num_attention_layers;
+  g.bytes_per_page = RoundUpToOsPage(g.bytes_per_token * page_size);
+  g.linear_state_bytes_per_sequence =
+      shape.num_linear_layers *
+      (shape.conv_state_floats + shape.recurrent_state_floats) * 4;
+  const int64_t state_bytes =
+      RoundUpToOsPage(g.linear_state_bytes_per_sequence) * max_sequences;
+  const int64_t kv_bytes = g.budget_bytes - state_bytes;
+  if (g.bytes_per_page > 0) {
+    if (kv_bytes < g.bytes_per_page) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV memory budget of ", g.budget_bytes, " bytes (", state_bytes,
+          " of them for linear-attention state of ", max_sequences,
+          " sequences) holds no KV page of ", g.bytes_per_page, " bytes (",
+          page_size, " tokens x ", g.bytes_per_token, " bytes)"));
+    }
+    g.num_pages = kv_bytes / g.bytes_per_page;
+    g.total_tokens = g.num_pages * page_size;
+  } else if (kv_bytes < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV memory budget of ", g.budget_bytes,
+        " bytes cannot hold the linear-attention state of ", max_sequences,
+        " sequences (", state_bytes, " bytes)"));
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+
+PageAllocator::PageAllocator(int64_t num_pages)
+    : in_use_(static_cast<size_t>(num_pages), 0) {
+  free_.reserve(static_cast<size_t>(num_pages));
+  // Lowest page on top of the stack, so allocation starts at page 0.
+  for (int64_t p = num_pages - 1; p >= 0; --p) {
+    free_.push_back(static_cast<int32_t>(p));
+  }
+}
+
+absl::StatusOr<int32_t> PageAllocator::Allocate() {
+  if (free_.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no free KV page: all ", num_pages(), " pages are in use"));
+  }
+  const int32_t page = free_.back();
+  free_.pop_back();
+  in_use_[page] = 1;
+  return page;
+}
+
+absl::Status PageAllocator::Free(int32_t page) {
+  if (page < 0 || page >= num_pages()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV page ", page, " is out of range [0, ", num_pages(), ")"));
+  }
+  if (!in_use_[page]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV page ", page, " is not in use (double free)"));
+  }
+  in_use_[page] = 0;
+  free_.push_back(page);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(
+    const KvGeometry& geometry) {
+  std::unique_ptr<KvStorage> storage;
+  if (geometry.num_pages > 0) {
+    absl::StatusOr<std::unique_ptr<KvStorage>> s =
+        KvStorage::Create(geometry.num_layers, geometry.kv_dim,
+                          geometry.page_size, geometry.num_pages);
+    if (!s.ok()) return s.status();
+    storage = std::move(*s);
+    if (storage->page_stride_floats() * 4 != geometry.bytes_per_page) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "geometry page bytes ", geometry.bytes_per_page,
+          " != storage page stride ", storage->page_stride_floats() * 4));
+    }
+  }
+  float* state = nullptr;
+  if (geometry.linear_state_bytes_per_sequence > 0) {
+    const size_t bytes =
+        RoundUpToOsPage(geometry.linear_state_bytes_per_sequence) *
+        geometry.max_sequences;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot map ", bytes, " bytes of linear-attention state"));
+    }
+    state = static_cast<float*>(p);
+  }
+  return std::unique_ptr<KvPool>(
+      new KvPool(geometry, std::move(storage), state));
+}
+
+KvPool::KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
+               float* linear_state)
+    : geometry_(geometry),
+      storage_(std::move(storage)),
+      linear_state_(linear_state),
+      pages_(geometry.num_pages) {
+  if (linear_state_ != nullptr) {
+    linear_state_bytes_ =
+        RoundUpToOsPage(geometry.linear_state_bytes_per_sequence) *
+        geometry.max_sequences;
+    for (int64_t s = geometry.max_sequences - 1; s >= 0; --s) {
+      free_slots_.push_back(static_cast<int32_t>(s));
+    }
+  }
+  seqs_.reserve(static_cast<size_t>(geometry.max_sequences));
+}
+
+KvPool::~KvPool() {
+  if (linear_state_ != nullptr) munmap(linear_state_, linear_state_bytes_);
+}
+
+absl::Status KvPool::Add(SequenceId id, int64_t max_tokens) {
+  if (max_tokens < 1 || max_tokens > geometry_.total_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, " asks for ", max_tokens,
+        " tokens; the KV pool holds [1, ", geometry_.total_tokens, "]"));
+  }
+  if (seqs_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("sequence ", id, " is already in the KV pool"));
+  }
+  if (static_cast<int64_t>(seqs_.size()) >= geometry_.max_sequences) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV pool holds its maximum of ",
+                     geometry_.max_sequences, " sequences"));
+  }
+  Sequence seq;
+  seq.pages.reserve(static_cast<size_t>(
+      (max_tokens + geometry_.page_size - 1) / geometry_.page_size));
+  if (linear_state_ != nullptr) {
+    seq.slot = free_slots_.back();
+    free_slots_.pop_back();
+    float* state = LinearStateOfSlot(seq.slot);
+    std::memset(state, 0, geometry_.linear_state_bytes_per_sequence);
+  }
+  seqs_.emplace(id, std::move(seq));
+  return absl::OkStatus();
+}
+
+float* KvPool::LinearStateOfSlot(int32_t slot) {
+  const int64_t stride =
+      RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence) / 4;
+  return linear_state_ + slot * stride;
+}
+
+int64_t KvPool::PagesNeeded(SequenceId id, int64_t num_tokens) const {
+  const int64_t want =
+      (num_tokens + geometry_.page_size - 1) / geometry_.page_size;
+  auto it = seqs_.find(id);
+  const int64_t have =
+      it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.pages.size());
+  return std::max<int64_t>(0, want - have);
+}
+
+absl::Status KvPool::Reserve(SequenceId id, int64_t num_tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  const int64_t need = PagesNeeded(id, num_tokens);
+  if (need > pages_.num_free()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sequence ", id, " needs ", need, " more KV pages for ", num_tokens,
+        " tokens; ", pages_.num_free(), " of ", pages_.num_pages(),
+        " pages are free"));
+  }
+  std::vector<int32_t>& table = it->second.pages;
+  for (int64_t i = 0; i < need; ++i) table.push_back(*pages_.Allocate());
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::MarkWritten(SequenceId id, int64_t num_tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  Sequence& seq = it->second;
+  const int64_t covered =
+      static_cast<int64_t>(seq.pages.size()) * geometry_.page_size;
+  if (num_tokens < seq.written || num_tokens > covered) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, ": cannot mark ", num_tokens,
+        " tokens written (already ", seq.written, ", pages cover ", covered,
+        ")"));
+  }
+  used_tokens_ += num_tokens - seq.written;
+  seq.written = num_tokens;
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::Remove(SequenceId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  Sequence& seq = it->second;
+  absl::Status status;
+  for (int32_t page : seq.pages) {
+    storage_->ReleasePage(page);
+    status.Update(pages_.Free(page));
+  }
+  if (seq.slot >= 0) {
+    madvise(LinearStateOfSlot(seq.slot),
+            RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence),
+            MADV_DONTNEED);
+    free_slots_.push_back(seq.slot);
+  }
+  used_tokens_ -= seq.written;
+  seqs_.erase(it);
+  return status;
+}
+
+absl::Span<const int32_t> KvPool::PageTable(SequenceId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return {};
+  return it->second.pages;
+}
+
+float* KvPool::LinearState(SequenceId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.slot < 0) return nullptr;
+  return LinearStateOfSlot(it->second.slot);
+}
+
+KvPoolStats KvPool::Stats() const {
+  KvPoolStats s;
+  s.total_pages = pages_.num_pages();
+  s.used_pages = pages_.num_used();
+  s.free_pages = pages_.num_free();
+  s.total_tokens = geometry_.total_tokens;
+  s.used_tokens = used_tokens_;
+  s.free_tokens = s.free_pages * geometry_.page_size;
+  s.sequences = static_cast<int64_t>(seqs_.size());
+  s.linear_slots_used = linear_state_ == nullptr ? 0 : s.sequences;
+  s.used_bytes =
+      s.used_pages * geometry_.bytes_per_page +
+      s.linear_slots_used *
+          RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence);
+  return s;
+}
+
+int64_t KvPool::ResidentBytes() const {
+  int64_t bytes = 0;
+  if (storage_ != nullptr) {
+    bytes += ResidentBytesOf(storage_->mapping(), storage_->mapped_bytes());
+  }
+  if (linear_state_ != nullptr) {
+    bytes += ResidentBytesOf(linear_state_, linear_state_bytes_);
+  }
+  return bytes;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,193 @@
+// KV capacity pool: geometry from a memory budget, an O(1) page allocator,
+// per-sequence page tables and linear-attention state slots.
+//
+// Physical memory follows the tokens really written: the KV storage is one
+// anonymous MAP_NORESERVE mapping, so untouched pages cost nothing, and a
+// page is returned to the operating system (madvise MADV_DONTNEED) the
+// moment its sequence is released.
+#ifndef PDSERVE_ENGINE_KV_KV_POOL_H_
+#define PDSERVE_ENGINE_KV_KV_POOL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/model_config.h"
+
+namespace pdserve {
+
+// Identifies a sequence across the engine API (chosen by the caller).
+using SequenceId = uint64_t;
+
+// What the pool must store per token and per sequence, derived from the
+// model. Counts are elements (f32); zero linear-attention sizes mean a dense
+// model (Llama, Qwen3) with no per-sequence recurrent state.
+struct KvModelShape {
+  int64_t num_attention_layers = 0;  // layers with a KV cache
+  int64_t kv_dim = 0;                // num_kv_heads * head_dim
+  int64_t max_context = 0;           // the model's trained context length
+  int64_t num_linear_layers = 0;     // linear-attention (e.g. Gated DeltaNet)
+  int64_t conv_state_floats = 0;     // per linear layer, per sequence
+  int64_t recurrent_state_floats = 0;  // per linear layer, per sequence
+
+  static KvModelShape FromConfig(const ModelConfig& config);
+};
+
+// The memory budget of a pool: either `bytes` (> 0) or `fraction` (0, 1] of
+// the memory available when the pool is created. Exactly one must be set.
+struct KvMemoryBudget {
+  int64_t bytes = 0;
+  double fraction = 0.0;
+};
+
+// Pool geometry, a plain value reported to callers (engine info, metrics).
+// All byte counts are for f32 keys and values.
+struct KvGeometry {
+  int64_t num_layers = 0;                 // attention layers
+  int64_t kv_dim = 0;
+  int64_t page_size = 0;                  // tokens per page
+  int64_t bytes_per_token_per_layer = 0;  // key + value
+  int64_t bytes_per_token = 0;            // all layers
+  int64_t bytes_per_page = 0;             // page stride (OS-page aligned)
+  int64_t num_pages = 0;
+  int64_t total_tokens = 0;               // num_pages * page_size
+  int64_t max_sequences = 0;              // sequences admitted at once
+  int64_t linear_state_bytes_per_sequence = 0;  // 0 for dense models
+  int64_t budget_bytes = 0;               // the resolved budget
+  int64_t max_context = 0;                // model context length
+};
+
+// Parses the "MemAvailable:  N kB" line of /proc/meminfo text into bytes.
+// INVALID_ARGUMENT when the line is missing or malformed.
+absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo);
+
+// Reads /proc/meminfo (the default source of free memory on the CPU).
+absl::StatusOr<int64_t> ReadMemAvailableBytes();
+
+// Computes the geometry. Pure: `available_bytes` is consulted only for a
+// fractional budget (inject a fake in tests). Linear-attention state slots
+// for `max_sequences` are paid out of the budget first; the rest is KV pages.
+// Errors (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the numbers: bad
+// shape, page_size <= 0, budget not set or both set, fraction outside
+// (0, 1], a budget too small for one page.
+absl::StatusOr<KvGeometry> ComputeKvGeometry(
+    const KvModelShape& shape, const KvMemoryBudget& budget, int64_t page_size,
+    int64_t max_sequences,
+    const std::function<absl::StatusOr<int64_t>()>& available_bytes);
+
+// O(1) allocator of page indices [0, num_pages): a LIFO free list plus an
+// ownership bit per page to detect double frees. Pure, no IO.
+// Thread-compatible.
+class PageAllocator {
+ public:
+  explicit PageAllocator(int64_t num_pages);
+
+  int64_t num_pages() const { return static_cast<int64_t>(in_use_.size()); }
+  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_used() const { return num_pages() - num_free(); }
+  bool in_use(int32_t page) const { return in_use_[page] != 0; }
+
+  // RESOURCE_EXHAUSTED when no page is free.
+  absl::StatusOr<int32_t> Allocate();
+  // FAILED_PRECONDITION on a page out of range or not in use (double free).
+  absl::Status Free(int32_t page);
+
+ private:
+  std::vector<int32_t> free_;    // stack of free pages
+  std::vector<uint8_t> in_use_;  // 1 while allocated
+};
+
+// Counters of a pool (for Stats and metrics).
+struct KvPoolStats {
+  int64_t total_pages = 0;
+  int64_t used_pages = 0;
+  int64_t free_pages = 0;
+  int64_t total_tokens = 0;       // capacity in tokens (pages * page_size)
+  int64_t used_tokens = 0;        // tokens written by live sequences
+  int64_t free_tokens = 0;        // free_pages * page_size
+  int64_t sequences = 0;          // live sequences
+  int64_t linear_slots_used = 0;  // == sequences for hybrid models, else 0
+  int64_t used_bytes = 0;         // used pages * bytes_per_page + state slots
+};
+
+// The KV capacity pool. Owns the storage (an anonymous mapping), the page
+// allocator, one page table and one linear-state slot per live sequence.
+// Pages are taken by Reserve() as a sequence grows and all returned by
+// Remove(). Thread-compatible: one caller at a time (the engine's step
+// thread).
+class KvPool {
+ public:
+  // Maps the storage for `geometry` (which must come from
+  // ComputeKvGeometry). RESOURCE_EXHAUSTED when the mapping fails.
+  static absl::StatusOr<std::unique_ptr<KvPool>> Create(
+      const KvGeometry& geometry);
+  ~KvPool();
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  const KvGeometry& geometry() const { return geometry_; }
+  KvStorage& storage() { return *storage_; }
+  const KvStorage& storage() const { return *storage_; }
+
+  // Admits `id` with no pages yet; `max_tokens` (its capacity) sizes the
+  // page table once so that growing it later never allocates.
+  // ALREADY_EXISTS for a live id, RESOURCE_EXHAUSTED when max_sequences are
+  // live, INVALID_ARGUMENT when max_tokens is not in [1, total_tokens].
+  absl::Status Add(SequenceId id, int64_t max_tokens);
+  // Ensures `id` has pages for positions [0, num_tokens). Allocates only the
+  // missing pages; all-or-nothing: RESOURCE_EXHAUSTED (pages needed, free)
+  // leaves the table unchanged. NOT_FOUND for an unknown id.
+  absl::Status Reserve(SequenceId id, int64_t num_tokens);
+  // Records that positions [0, num_tokens) of `id` hold data (for used_tokens
+  // accounting); num_tokens must be covered by its pages.
+  absl::Status MarkWritten(SequenceId id, int64_t num_tokens);
+  // Frees every page of `id` (returned to the OS at once) and its state slot.
+  absl::Status Remove(SequenceId id);
+
+  bool Contains(SequenceId id) const { return seqs_.contains(id); }
+  // The page table of `id` (page i holds positions [i*page_size, ...)), or
+  // an empty span for an unknown id. Valid until the next mutation of `id`.
+  absl::Span<const int32_t> PageTable(SequenceId id) const;
+  // Pages needed to extend `id` (or a new sequence when unknown) to
+  // `num_tokens` positions.
+  int64_t PagesNeeded(SequenceId id, int64_t num_tokens) const;
+  // Conv + recurrent state of `id` (linear_state_bytes_per_sequence / 4
+  // floats, zeroed at Add), or nullptr for dense models / unknown ids.
+  float* LinearState(SequenceId id);
+
+  KvPoolStats Stats() const;
+  // Bytes of the pool's mappings resident in physical memory, measured with
+  // mincore(2) (a system call; not for the step hot path).
+  int64_t ResidentBytes() const;
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> pages;
+    int64_t written = 0;
+    int32_t slot = -1;  // linear-state slot, -1 when none
+  };
+  KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
+         float* linear_state);
+
+  float* LinearStateOfSlot(int32_t slot);
+
+  KvGeometry geometry_;
+  std::unique_ptr<KvStorage> storage_;
+  float* linear_state_ = nullptr;  // [max_sequences][floats per sequence]
+  size_t linear_state_bytes_ = 0;  // mapping length
+  PageAllocator pages_;
+  std::vector<int32_t> free_slots_;
+  absl::flat_hash_map<SequenceId, Sequence> seqs_;
+  int64_t used_tokens_ = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_KV_KV_POOL_H_
