@@ -1,0 +1,7 @@
+# Tests for engine/formats (GGUF / safetensors / llama2.c readers, GGUF
+# writer) and engine/loader.
+if(TARGET pdserve_formats)
+  pdserve_add_test(NAME formats_gguf_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_gguf_test.cc
+    LIBS pdserve_formats)
+endif()
