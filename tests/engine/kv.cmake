@@ -1,0 +1,9 @@
+# Tests for engine/kv (KV pool, sequence state, engine step executor).
+if(TARGET pdserve_kv)
+  pdserve_add_test(NAME kv_sequence_state_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_sequence_state_test.cc
+    LIBS pdserve_kv)
+  pdserve_add_test(NAME kv_pool_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_test.cc
+    LIBS pdserve_kv)
+endif()
