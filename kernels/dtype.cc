@@ -1,5 +1,6 @@
 #include "kernels/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -172,6 +173,98 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+  }
+}
+
+}  // namespace pdserve
+
+namespace pdserve {
+namespace {
+
+void QuantizeQ8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t k = 0; k < nb; ++k, x += kQuantBlockSize) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[k].d = F32ToF16(d);
+    for (int j = 0; j < 32; ++j) {
+      y[k].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+    }
+  }
+}
+
+void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t k = 0; k < nb; ++k, x += kQuantBlockSize) {
+    float amax = 0.0f;
+    float max = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[k].d = F32ToF16(d);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, static_cast<int>(
+                                      static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int hi = std::min(
+          15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      y[k].qs[j] = static_cast<uint8_t>(lo | hi << 4);
+    }
+  }
+}
+
+void QuantizeQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  for (int64_t k = 0; k < nb; ++k, x += kQuantBlockSize) {
+    float min = x[0];
+    float max = x[0];
+    for (int j = 1; j < 32; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 15.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[k].d = F32ToF16(d);
+    y[k].m = F32ToF16(min);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(
+          15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(
+                                      (x[j + 16] - min) * id + 0.5f)));
+      y[k].qs[j] = static_cast<uint8_t>(lo | hi << 4);
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+  switch (type) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case DType::kQ8_0:
+      QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n / kQuantBlockSize);
+      return;
+    case DType::kQ4_0:
+      QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n / kQuantBlockSize);
+      return;
+    case DType::kQ4_1:
+      QuantizeQ4_1(src, static_cast<BlockQ4_1*>(dst), n / kQuantBlockSize);
+      return;
   }
 }
 

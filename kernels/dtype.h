@@ -78,6 +78,15 @@ uint16_t F32ToBF16(float f);
 // starting at `src` into `dst`. Scalar reference implementation.
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
+// Quantizes `n` values (a multiple of the block size for quantized types) from
+// `src` into `dst` (RowBytes(type, n) bytes), with GGML's reference rounding:
+//   Q8_0: d = amax / 127, q = round(x / d).
+//   Q4_0: d = max / -8 (max = the value of largest magnitude, with its sign),
+//         q = min(15, (int)(x / d + 8.5)).
+//   Q4_1: d = (max - min) / 15, m = min, q = min(15, (int)((x - m) / d + 0.5)).
+//   F16/BF16: round to nearest even.
+void QuantizeRow(DType type, const float* src, void* dst, int64_t n);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_KERNELS_DTYPE_H_

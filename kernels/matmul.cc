@@ -1,0 +1,153 @@
+// MatMul dispatcher: picks the SIMD level once, prepares quantized
+// activations into a reused scratch buffer and splits output rows over the
+// thread pool.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/matmul_internal.h"
+
+namespace pdserve {
+namespace kernels_internal {
+namespace {
+
+enum class Level { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+Level DetectLevel() {
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    return Level::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Level::kAvx2;
+  }
+#endif
+  return Level::kScalar;
+}
+
+Level ChooseLevel() {
+  Level level = DetectLevel();
+  // PDSERVE_ISA may only lower the level (a higher one may not be supported).
+  if (const char* env = std::getenv("PDSERVE_ISA")) {
+    Level want = level;
+    if (std::strcmp(env, "scalar") == 0) want = Level::kScalar;
+    if (std::strcmp(env, "avx2") == 0) want = Level::kAvx2;
+    if (std::strcmp(env, "avx512") == 0) want = Level::kAvx512;
+    level = std::min(level, want);
+  }
+  return level;
+}
+
+}  // namespace
+
+std::vector<const IsaKernels*> SupportedKernels() {
+  std::vector<const IsaKernels*> out = {&ScalarKernels()};
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+  const Level level = DetectLevel();
+  if (level >= Level::kAvx2) out.push_back(&Avx2Kernels());
+  if (level >= Level::kAvx512) out.push_back(&Avx512Kernels());
+#endif
+  return out;
+}
+
+const IsaKernels& ActiveKernels() {
+  static const IsaKernels* const kernels = [] {
+    switch (ChooseLevel()) {
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+      case Level::kAvx512: return &Avx512Kernels();
+      case Level::kAvx2: return &Avx2Kernels();
+#endif
+      default: return &ScalarKernels();
+    }
+  }();
+  return *kernels;
+}
+
+namespace {
+
+// Scratch for prepared activations: grows to the largest call seen on this
+// thread and is then reused, so steady-state calls do not allocate.
+uint8_t* Scratch(int64_t bytes) {
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> raw;
+    int64_t capacity = 0;
+    uint8_t* aligned = nullptr;
+  };
+  thread_local Buffer buf;
+  if (bytes > buf.capacity) {
+    const int64_t cap = std::max<int64_t>(bytes, buf.capacity * 3 / 2);
+    buf.raw.reset(new uint8_t[cap + 64]);
+    buf.capacity = cap;
+    const auto addr = reinterpret_cast<uintptr_t>(buf.raw.get());
+    buf.aligned = buf.raw.get() + ((64 - addr % 64) % 64);
+  }
+  return buf.aligned;
+}
+
+}  // namespace
+
+void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
+                int64_t x_stride, int64_t n_tokens, float* y,
+                int64_t y_stride, ThreadPool& pool) {
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  MatMulArgs args{&w, x, x_stride, nullptr, n_tokens, y, y_stride};
+  if (IsQuantized(w.type) && w.cols > 0) {
+    uint8_t* xq = Scratch(k.prepared_bytes(w.type, w.cols, n_tokens));
+    // Quantizing one token costs about as much as a few rows of the product;
+    // only fan out when there are enough tokens to pay for the wake-up.
+    if (n_tokens >= 8 && pool.num_threads() > 1) {
+      pool.ParallelFor(n_tokens, 4, [&](int64_t b, int64_t e) {
+        k.prepare(w.type, x, x_stride, w.cols, n_tokens, b, e, xq);
+      });
+    } else {
+      k.prepare(w.type, x, x_stride, w.cols, n_tokens, 0, n_tokens, xq);
+    }
+    args.xq = xq;
+  }
+  const int64_t tile = k.row_tile;
+  const int64_t n_tiles = (w.rows + tile - 1) / tile;
+  // At least ~16 KiB of weights (per token) per range, so that tiny matrices
+  // are not split into pieces smaller than the cost of waking a thread.
+  const int64_t tile_bytes = std::max<int64_t>(1, w.row_bytes * tile);
+  const int64_t grain = std::max<int64_t>(1, (16 << 10) / tile_bytes /
+                                                 std::max<int64_t>(1, n_tokens));
+  pool.ParallelFor(n_tiles, grain, [&](int64_t b, int64_t e) {
+    k.rows(args, b * tile, std::min(w.rows, e * tile));
+  });
+}
+
+}  // namespace kernels_internal
+
+void MatMul(const WeightView& w, const float* x, int64_t x_stride,
+            int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  kernels_internal::MatMulWith(kernels_internal::ActiveKernels(), w, x,
+                               x_stride, n_tokens, y, y_stride, pool);
+}
+
+void MatMulReference(const WeightView& w, const float* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
+  std::vector<float> row(w.cols);
+  for (int64_t o = 0; o < w.rows; ++o) {
+    DequantizeRow(w.type, w.row(o), row.data(), w.cols);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * x_stride;
+      double acc = 0.0;
+      for (int64_t i = 0; i < w.cols; ++i) {
+        acc += static_cast<double>(row[i]) * static_cast<double>(xt[i]);
+      }
+      y[t * y_stride + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+const char* MatMulIsa() { return kernels_internal::ActiveKernels().name; }
+
+}  // namespace pdserve

@@ -1,0 +1,97 @@
+// Internal interface between the MatMul dispatcher (matmul.cc) and the
+// per-ISA kernel files (matmul_scalar.cc, matmul_avx2.cc, matmul_avx512.cc).
+// Not for use outside kernels/.
+//
+// Quantized weights: the dispatcher asks the ISA to "prepare" the f32
+// activations once per call (quantize them to 8-bit blocks of 32 with one f32
+// scale each, in an ISA-specific layout inside a caller-owned scratch buffer)
+// and then to compute a range of output rows. Float weights (F32/F16/BF16) use
+// the f32 activations directly.
+//
+// Batch invariance contract: for a given ISA, the value written for output
+// (row o, token t) depends only on W[o], x[t] and cols — never on n_tokens,
+// on t's position in the batch, or on the row range being computed.
+#ifndef PDSERVE_KERNELS_MATMUL_INTERNAL_H_
+#define PDSERVE_KERNELS_MATMUL_INTERNAL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/matmul.h"
+
+namespace pdserve::kernels_internal {
+
+inline bool IsQuantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+
+// Quantizes one block of 32 activations GGML-style (Q8_0 / Q8_1):
+// d = amax / 127, q = round-to-nearest-even(x / d); sum = sum of q.
+inline void QuantizeActBlock(const float* x, int8_t* q, float* d,
+                             int32_t* sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
+  const float scale = amax / 127.0f;
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) {
+    const int v = static_cast<int>(std::nearbyint(x[j] * inv));
+    q[j] = static_cast<int8_t>(v);
+    s += v;
+  }
+  *d = scale;
+  *sum = s;
+}
+
+// Everything a row kernel needs for one MatMul call.
+struct MatMulArgs {
+  const WeightView* w;
+  const float* x;     // f32 activations (float weight types)
+  int64_t x_stride;   // floats between tokens of x
+  const uint8_t* xq;  // prepared activations (quantized weight types)
+  int64_t n_tokens;
+  float* y;
+  int64_t y_stride;  // floats between tokens of y
+};
+
+// One SIMD level's entry points.
+struct IsaKernels {
+  const char* name;
+  // Rows per thread-split unit (the kernels' row tile).
+  int64_t row_tile;
+  // Bytes of scratch `prepare` needs for n_tokens tokens of `cols` values.
+  int64_t (*prepared_bytes)(DType type, int64_t cols, int64_t n_tokens);
+  // Quantizes tokens [t_begin, t_end) of x into `xq` (laid out for n_tokens).
+  void (*prepare)(DType type, const float* x, int64_t x_stride, int64_t cols,
+                  int64_t n_tokens, int64_t t_begin, int64_t t_end,
+                  uint8_t* xq);
+  // Computes y for rows [row_begin, row_end) and all tokens.
+  void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+};
+
+const IsaKernels& ScalarKernels();
+// These two exist only on x86-64 builds; callers check CPU support first.
+const IsaKernels& Avx2Kernels();
+const IsaKernels& Avx512Kernels();
+
+// The kernels MatMul uses (chosen once; honours PDSERVE_ISA).
+const IsaKernels& ActiveKernels();
+
+// Every level this CPU supports, lowest first (for tests and benchmarks).
+std::vector<const IsaKernels*> SupportedKernels();
+
+// MatMul with an explicit kernel set (MatMul uses ActiveKernels()).
+void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
+                int64_t x_stride, int64_t n_tokens, float* y,
+                int64_t y_stride, ThreadPool& pool);
+
+}  // namespace pdserve::kernels_internal
+
+#endif  // PDSERVE_KERNELS_MATMUL_INTERNAL_H_

@@ -1,0 +1,202 @@
+// MatMul against MatMulReference for every dtype and every SIMD level this CPU
+// supports, plus bitwise batch invariance.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/matmul_internal.h"
+
+namespace pdserve {
+namespace {
+
+using kernels_internal::IsaKernels;
+using kernels_internal::IsQuantized;
+using kernels_internal::MatMulWith;
+using kernels_internal::SupportedKernels;
+
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+                               DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+
+// A random weight matrix stored as `type`, with its dequantized values.
+struct TestWeights {
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // rows x cols, what the kernels really multiply
+  WeightView view;
+};
+
+TestWeights MakeWeights(DType type, int64_t rows, int64_t cols,
+                        uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  TestWeights w;
+  const int64_t row_bytes = RowBytes(type, cols).value();
+  w.bytes.resize(row_bytes * rows);
+  w.deq.resize(rows * cols);
+  std::vector<float> src(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Vary magnitude across rows and give some blocks an offset (Q4_1 min).
+    const float scale = 0.2f + 0.1f * (r % 7);
+    for (int64_t i = 0; i < cols; ++i) {
+      src[i] = dist(rng) * scale + ((i / 32) % 3 == 1 ? 0.3f : 0.0f);
+    }
+    QuantizeRow(type, src.data(), w.bytes.data() + r * row_bytes, cols);
+    DequantizeRow(type, w.bytes.data() + r * row_bytes, &w.deq[r * cols],
+                  cols);
+  }
+  w.view = WeightView{type, rows, cols, row_bytes, w.bytes.data()};
+  return w;
+}
+
+std::vector<float> MakeActivations(int64_t n_tokens, int64_t stride,
+                                   uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n_tokens * stride);
+  for (float& v : x) v = dist(rng);
+  // An outlier per token makes activation-quantization error visible.
+  for (int64_t t = 0; t < n_tokens; ++t) x[t * stride + (t * 37) % stride] *= 6;
+  return x;
+}
+
+// The largest error quantizing x (f32) to Q8 blocks can cause in row r:
+// each value moves by at most half a step (amax / 254) of its block.
+double ActQuantBound(const TestWeights& w, int64_t r, const float* x) {
+  const int64_t cols = w.view.cols;
+  double bound = 0.0;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    double amax = 0.0, wsum = 0.0;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::max(amax, std::fabs(static_cast<double>(x[b * 32 + j])));
+      wsum += std::fabs(w.deq[r * cols + b * 32 + j]);
+    }
+    bound += wsum * amax / 254.0;
+  }
+  return bound;
+}
+
+void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
+                           int64_t cols, int64_t n_tokens, ThreadPool& pool) {
+  SCOPED_TRACE(std::string(k.name) + " " + DTypeName(type) +
+               " rows=" + std::to_string(rows) + " cols=" +
+               std::to_string(cols) + " tokens=" + std::to_string(n_tokens));
+  const TestWeights w = MakeWeights(type, rows, cols, rows * 31 + cols);
+  const int64_t x_stride = cols + 3;
+  const int64_t y_stride = rows + 5;
+  const std::vector<float> x = MakeActivations(n_tokens, x_stride, cols + 7);
+  std::vector<float> y(n_tokens * y_stride, -1.0f);
+  std::vector<float> ref(n_tokens * y_stride, -1.0f);
+  MatMulWith(k, w.view, x.data(), x_stride, n_tokens, y.data(), y_stride,
+             pool);
+  MatMulReference(w.view, x.data(), x_stride, n_tokens, ref.data(), y_stride);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = &x[t * x_stride];
+    for (int64_t r = 0; r < rows; ++r) {
+      double abs_dot = 0.0;
+      for (int64_t i = 0; i < cols; ++i) {
+        abs_dot += std::fabs(w.deq[r * cols + i] * static_cast<double>(xt[i]));
+      }
+      // f32 accumulation error, plus (quantized types) activation rounding.
+      double tol = 2e-6 * abs_dot + 1e-6;
+      if (IsQuantized(type)) tol += 1.001 * ActQuantBound(w, r, xt) + 1e-5 * abs_dot;
+      const float got = y[t * y_stride + r];
+      const float want = ref[t * y_stride + r];
+      ASSERT_LE(std::fabs(static_cast<double>(got) - want), tol)
+          << "t=" << t << " r=" << r << " got " << got << " want " << want;
+    }
+    // Padding between rows of y is untouched.
+    for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -1.0f);
+  }
+}
+
+TEST(MatMulTest, MatchesReferenceForEveryTypeAndLevel) {
+  ThreadPool pool(2);
+  for (const IsaKernels* k : SupportedKernels()) {
+    for (DType type : kAllTypes) {
+      for (int64_t rows : {1, 3, 7, 67}) {
+        for (int64_t cols : {32, 64, 96, 160, 576}) {
+          for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 17}) {
+            CheckAgainstReference(*k, type, rows, cols, n_tokens, pool);
+          }
+        }
+      }
+      CheckAgainstReference(*k, type, 129, 4096, 3, pool);
+      CheckAgainstReference(*k, type, 33, 1536, 67, pool);
+      CheckAgainstReference(*k, type, 260, 576, 1, pool);
+    }
+  }
+}
+
+TEST(MatMulTest, FloatTypesAcceptAnyColumnCount) {
+  ThreadPool pool(2);
+  for (const IsaKernels* k : SupportedKernels()) {
+    for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t cols : {1, 5, 15, 17, 31, 33, 100}) {
+        for (int64_t n_tokens : {1, 3, 6}) {
+          CheckAgainstReference(*k, type, 9, cols, n_tokens, pool);
+        }
+      }
+    }
+  }
+}
+
+// The result for a token must not depend on the batch around it, on the row
+// split between threads, or on the number of threads.
+TEST(MatMulTest, BatchInvariantBitwise) {
+  constexpr int64_t kRows = 75, kCols = 352, kTokens = 67;
+  const int64_t x_stride = kCols;
+  const std::vector<float> x = MakeActivations(kTokens, x_stride, 99);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  for (const IsaKernels* k : SupportedKernels()) {
+    for (DType type : kAllTypes) {
+      SCOPED_TRACE(std::string(k->name) + " " + DTypeName(type));
+      const TestWeights w = MakeWeights(type, kRows, kCols, 5);
+      std::vector<float> full(kTokens * kRows);
+      MatMulWith(*k, w.view, x.data(), x_stride, kTokens, full.data(), kRows,
+                 pool2);
+      std::vector<float> part(kTokens * kRows);
+      for (int64_t n : {1, 2, 3, 5, 8, 13, 31, 67}) {
+        for (int64_t start : {int64_t{0}, int64_t{1}, kTokens - n}) {
+          if (start + n > kTokens) continue;
+          for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+            MatMulWith(*k, w.view, &x[start * x_stride], x_stride, n,
+                       part.data(), kRows, *pool);
+            ASSERT_EQ(std::memcmp(part.data(), &full[start * kRows],
+                                  n * kRows * sizeof(float)),
+                      0)
+                << "n=" << n << " start=" << start
+                << " threads=" << pool->num_threads();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, IsaNameIsOneOfTheLevels) {
+  const std::string isa = MatMulIsa();
+  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512") << isa;
+  // The active level is the highest supported unless PDSERVE_ISA lowers it.
+  if (std::getenv("PDSERVE_ISA") == nullptr) {
+    EXPECT_EQ(isa, SupportedKernels().back()->name);
+  }
+}
+
+TEST(MatMulTest, PublicMatMulUsesActiveLevel) {
+  ThreadPool pool(2);
+  const TestWeights w = MakeWeights(DType::kQ4_1, 40, 128, 3);
+  const std::vector<float> x = MakeActivations(5, 128, 4);
+  std::vector<float> a(5 * 40), b(5 * 40);
+  MatMul(w.view, x.data(), 128, 5, a.data(), 40, pool);
+  MatMulWith(kernels_internal::ActiveKernels(), w.view, x.data(), 128, 5,
+             b.data(), 40, pool);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,140 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/matmul_internal.h"
+
+namespace pdserve {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Naive double RoPE. With `f32_angle`, the angle is formed in f32 exactly as
+// transformers does (inv_freq and pos * inv_freq rounded to f32) and only the
+// rotation is done in double.
+void NaiveRope(std::vector<double>& x, int n_heads, int head_dim, int rot_dims,
+               double pos, double theta, bool neox, bool f32_angle) {
+  const int half = rot_dims / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    for (int i = 0; i < half; ++i) {
+      double angle;
+      if (f32_angle) {
+        const float e = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
+        const float inv = 1.0f / std::pow(static_cast<float>(theta), e);
+        angle = static_cast<float>(pos) * inv;
+      } else {
+        angle = pos * std::pow(theta, -2.0 * i / rot_dims);
+      }
+      const int a = neox ? i : 2 * i;
+      const int b = neox ? i + half : 2 * i + 1;
+      const double x0 = x[h * head_dim + a], x1 = x[h * head_dim + b];
+      x[h * head_dim + a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+      x[h * head_dim + b] = x1 * std::cos(angle) + x0 * std::sin(angle);
+    }
+  }
+}
+
+TEST(OpsTest, RopeMatchesNaiveDoubleBothStyles) {
+  const int n_heads = 3, head_dim = 64;
+  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kNeox}) {
+    for (int rot_dims : {64, 32}) {
+      for (double pos : {0.0, 1.0, 17.0, 511.0, 8191.0}) {
+        for (float theta : {10000.0f, 1000000.0f}) {
+          const bool neox = style == RopeStyle::kNeox;
+          std::vector<float> x = Random(n_heads * head_dim, 7);
+          std::vector<double> want(x.begin(), x.end());
+          std::vector<double> exact(x.begin(), x.end());
+          NaiveRope(want, n_heads, head_dim, rot_dims, pos, theta, neox, true);
+          NaiveRope(exact, n_heads, head_dim, rot_dims, pos, theta, neox, false);
+          const std::vector<float> orig = x;
+          ApplyRope(x.data(), n_heads, head_dim, rot_dims, pos, theta, style);
+          for (int i = 0; i < n_heads * head_dim; ++i) {
+            SCOPED_TRACE("neox=" + std::to_string(neox) + " rot=" +
+                         std::to_string(rot_dims) + " pos=" +
+                         std::to_string(pos) + " i=" + std::to_string(i));
+            // Same f32 angle: only f32 rounding of cos/sin and products.
+            ASSERT_NEAR(x[i], want[i], 2e-6);
+            // Against exact double angles: the f32 angle error grows with pos.
+            ASSERT_NEAR(x[i], exact[i], 2e-6 + 4.0 * pos * 0x1p-24);
+            if (i % head_dim >= rot_dims) ASSERT_EQ(x[i], orig[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsTest, RmsNormMatchesDouble) {
+  for (int64_t n : {1, 7, 64, 576}) {
+    std::vector<float> x = Random(n, 1, 3.0f), w = Random(n, 2);
+    std::vector<float> out(n);
+    RmsNorm(x.data(), w.data(), 1e-5f, n, out.data());
+    double ss = 0;
+    for (float v : x) ss += double{v} * v;
+    const double s = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(out[i], x[i] * s * w[i], 1e-6 * std::fabs(x[i] * s * w[i]) + 1e-7);
+    }
+    RmsNorm(x.data(), w.data(), 1e-5f, n, x.data());  // in place
+    EXPECT_EQ(x, out);
+  }
+}
+
+TEST(OpsTest, SwiGluSoftmaxAdd) {
+  const int64_t n = 100;
+  std::vector<float> g = Random(n, 3, 4.0f), u = Random(n, 4), out(n);
+  SwiGlu(g.data(), u.data(), n, out.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = g[i] / (1.0 + std::exp(-double{g[i]})) * u[i];
+    ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-7);
+  }
+  std::vector<float> s = Random(n, 5, 10.0f);
+  s[3] = 1000.0f;  // must not overflow
+  std::vector<float> orig = s;
+  Softmax(s.data(), n);
+  double max = orig[0], sum = 0;
+  for (float v : orig) max = std::max(max, double{v});
+  for (float v : orig) sum += std::exp(v - max);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(s[i], std::exp(orig[i] - max) / sum, 1e-6);
+  }
+  std::vector<float> y = Random(n, 6), x = Random(n, 7), y0 = y;
+  AddInPlace(y.data(), x.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], y0[i] + x[i]);
+}
+
+TEST(OpsTest, DotAndAxpyEveryLevel) {
+  for (const auto* k : kernels_internal::SupportedKernels()) {
+    for (int64_t n : {0, 1, 3, 8, 15, 16, 17, 31, 64, 100, 1000}) {
+      SCOPED_TRACE(std::string(k->name) + " n=" + std::to_string(n));
+      std::vector<float> a = Random(n, 8), b = Random(n, 9);
+      double want = 0, abs_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        want += double{a[i]} * b[i];
+        abs_sum += std::fabs(double{a[i]} * b[i]);
+      }
+      EXPECT_NEAR(k->dot(a.data(), b.data(), n), want, 1e-6 * abs_sum + 1e-7);
+      std::vector<float> y = b;
+      k->axpy(0.75f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
+      }
+    }
+  }
+  std::vector<float> a = Random(50, 1), b = Random(50, 2);
+  EXPECT_EQ(Dot(a.data(), b.data(), 50),
+            kernels_internal::ActiveKernels().dot(a.data(), b.data(), 50));
+}
+
+}  // namespace
+}  // namespace pdserve
