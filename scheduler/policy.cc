@@ -1,0 +1,285 @@
+#include "scheduler/policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pdserve::scheduler {
+
+Policy::Policy(PolicyConfig config, PoolGeometry pool)
+    : config_(config), pool_(pool), free_pages_(pool.total_pages) {}
+
+int64_t Policy::PagesFor(int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  return (tokens + pool_.page_size - 1) / pool_.page_size;
+}
+
+bool Policy::Before(const Seq& a, const Seq& b) const {
+  if (a.spec.priority != b.spec.priority) {
+    return a.spec.priority > b.spec.priority;
+  }
+  return a.arrival < b.arrival;
+}
+
+absl::Status Policy::Submit(const RequestSpec& request) {
+  if (request.prompt_len <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request %d: prompt of %d tokens; it must hold at least 1 token",
+        request.id, request.prompt_len));
+  }
+  if (request.max_new_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request %d: max_new_tokens %d must be > 0",
+                        request.id, request.max_new_tokens));
+  }
+  if (seqs_.contains(request.id)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request %d is already queued or running", request.id));
+  }
+  if (request.prompt_len > pool_.max_seq_len) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt of %d tokens exceeds the sequence capacity of %d tokens",
+        request.prompt_len, pool_.max_seq_len));
+  }
+  const int64_t need = PagesFor(request.prompt_len + 1);
+  if (need > pool_.total_pages) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt of %d tokens needs %d KV pages of %d tokens; the pool has %d",
+        request.prompt_len, need, pool_.page_size, pool_.total_pages));
+  }
+  if (waiting() >= config_.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "queue full: %d requests waiting (bound %d)", waiting(),
+        config_.max_waiting));
+  }
+  Seq seq;
+  seq.spec = request;
+  seq.arrival = next_arrival_++;
+  seq.target_prompt = request.prompt_len;
+  seqs_.emplace(request.id, seq);
+  InsertWaiting(request.id);
+  return absl::OkStatus();
+}
+
+void Policy::InsertWaiting(SeqId id) {
+  const Seq& s = seqs_.at(id);
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](SeqId other) {
+    return Before(s, seqs_.at(other));
+  });
+  waiting_.insert(pos, id);
+}
+
+void Policy::SortRunning() {
+  std::stable_sort(running_.begin(), running_.end(), [&](SeqId a, SeqId b) {
+    return Before(seqs_.at(a), seqs_.at(b));
+  });
+}
+
+bool Policy::Cancel(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.cancelled) return false;
+  it->second.cancelled = true;
+  cancel_requested_.insert(id);
+  return true;
+}
+
+void Policy::Drop(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  if (it->second.running) free_pages_ += it->second.pages;
+  std::erase(running_, id);
+  std::erase(waiting_, id);
+  cancel_requested_.erase(id);
+  seqs_.erase(it);
+}
+
+SequenceView Policy::View(SeqId id) const {
+  SequenceView v;
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return v;
+  const Seq& s = it->second;
+  v.running = s.running;
+  v.priority = s.spec.priority;
+  v.prompt_len = s.spec.prompt_len;
+  v.generated = s.generated;
+  v.prefilled = s.prefilled;
+  v.kv_tokens = s.kv_tokens;
+  v.pages = s.pages;
+  v.preemptions = s.preemptions;
+  return v;
+}
+
+void Policy::ApplyCancellations(StepPlan& plan) {
+  plan.release = std::move(to_release_);
+  to_release_.clear();
+  std::vector<SeqId> ids(cancel_requested_.begin(), cancel_requested_.end());
+  std::sort(ids.begin(), ids.end());
+  for (SeqId id : ids) {
+    const bool was_running = seqs_.at(id).running;
+    Drop(id);
+    if (was_running) plan.release.push_back(id);
+    plan.cancelled.push_back(id);
+  }
+  cancel_requested_.clear();
+}
+
+void Policy::Preempt(SeqId id, StepPlan& plan) {
+  Seq& s = seqs_.at(id);
+  free_pages_ += s.pages;
+  s.running = false;
+  s.pages = 0;
+  s.kv_tokens = 0;
+  s.prefilled = 0;
+  // Recompute: everything generated so far becomes part of the prompt.
+  s.target_prompt = s.spec.prompt_len + s.generated;
+  ++s.preemptions;
+  ++preemptions_;
+  std::erase(running_, id);
+  InsertWaiting(id);
+  plan.release.push_back(id);
+  plan.preempted.push_back(id);
+}
+
+void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
+  // Preempt from the back (lowest rank) until every decode's growth fits.
+  while (true) {
+    int64_t need = 0;
+    for (SeqId id : running_) {
+      const Seq& s = seqs_.at(id);
+      if (s.prefilled < s.target_prompt) continue;
+      need += std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
+    }
+    if (need <= free_pages_ || running_.empty()) break;
+    Preempt(running_.back(), plan);
+  }
+  for (SeqId id : running_) {
+    Seq& s = seqs_.at(id);
+    if (s.prefilled < s.target_prompt || budget == 0) continue;
+    const int64_t grow = std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
+    s.pages += grow;
+    free_pages_ -= grow;
+    plan.items.push_back({id, 1, false, false});
+    ++plan.decode_tokens;
+    --budget;
+  }
+}
+
+int64_t Policy::ChunkFor(const Seq& s, int64_t budget,
+                         bool step_has_prefill) const {
+  const int64_t remaining = s.target_prompt - s.prefilled;
+  if (config_.prefill_chunk > 0) {
+    return std::min({remaining, config_.prefill_chunk, budget});
+  }
+  // Chunking off: the whole prompt at once, over budget only when alone.
+  if (remaining <= budget || !step_has_prefill) return remaining;
+  return 0;
+}
+
+void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
+  for (SeqId id : running_) {
+    Seq& s = seqs_.at(id);
+    if (s.prefilled >= s.target_prompt) continue;
+    if (budget <= 0 && config_.prefill_chunk > 0) break;
+    const int64_t n = ChunkFor(s, budget, plan.prefill_tokens > 0);
+    if (n <= 0) continue;
+    plan.items.push_back(
+        {id, n, true, s.prefilled + n == s.target_prompt});
+    plan.prefill_tokens += n;
+    budget = std::max<int64_t>(0, budget - n);
+  }
+}
+
+void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
+  while (!waiting_.empty() && running() < config_.max_running) {
+    if (budget <= 0 && (config_.prefill_chunk > 0 || plan.prefill_tokens > 0)) {
+      break;
+    }
+    Seq& s = seqs_.at(waiting_.front());
+    const int64_t pages = PagesFor(s.target_prompt + 1);
+    if (pages > free_pages_) break;  // strict FCFS: the head blocks the rest
+    const int64_t n = ChunkFor(s, budget, plan.prefill_tokens > 0);
+    if (n <= 0) break;
+    const SeqId id = waiting_.front();
+    waiting_.erase(waiting_.begin());
+    s.running = true;
+    s.pages = PagesFor(s.target_prompt);
+    free_pages_ -= s.pages;
+    running_.push_back(id);
+    plan.admit.push_back(id);
+    plan.items.push_back({id, n, true, n == s.target_prompt});
+    plan.prefill_tokens += n;
+    budget = std::max<int64_t>(0, budget - n);
+  }
+  SortRunning();
+}
+
+StepPlan Policy::Plan() {
+  StepPlan plan;
+  ApplyCancellations(plan);
+  int64_t budget = config_.step_token_budget;
+  PlanDecodes(plan, budget);
+  PlanPrefills(plan, budget);
+  PlanAdmissions(plan, budget);
+  last_items_ = plan.items;
+  return plan;
+}
+
+void Policy::Finish(SeqId id) {
+  Drop(id);
+  to_release_.push_back(id);
+}
+
+void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
+  absl::flat_hash_set<SeqId> finished;
+  for (const ItemOutcome& o : outcomes) {
+    if (o.finished) finished.insert(o.id);
+  }
+  for (const PlanItem& item : last_items_) {
+    auto it = seqs_.find(item.id);
+    if (it == seqs_.end() || !it->second.running) continue;
+    Seq& s = it->second;
+    if (item.prefill) {
+      s.prefilled += item.num_tokens;
+      s.kv_tokens = s.prefilled;
+      if (item.completes_prompt) ++s.generated;
+    } else {
+      ++s.kv_tokens;
+      ++s.generated;
+    }
+    // The engine decides when a sequence ends; max_new_tokens is a backstop.
+    if (finished.contains(item.id) ||
+        s.generated >= s.spec.max_new_tokens) {
+      Finish(item.id);
+    }
+  }
+  last_items_.clear();
+}
+
+namespace {
+std::string Name(SeqId id) {
+  if (id >= 'A' && id <= 'Z') return std::string(1, static_cast<char>(id));
+  return absl::StrCat(id);
+}
+}  // namespace
+
+std::string DescribePlan(const StepPlan& plan) {
+  std::vector<std::string> head;
+  for (SeqId id : plan.release) {
+    const bool preempted = std::find(plan.preempted.begin(),
+                                     plan.preempted.end(),
+                                     id) != plan.preempted.end();
+    head.push_back(absl::StrCat(preempted ? "^" : "-", Name(id)));
+  }
+  for (SeqId id : plan.admit) head.push_back(absl::StrCat("+", Name(id)));
+  std::string out;
+  for (const auto& h : head) absl::StrAppend(&out, out.empty() ? "" : " ", h);
+  absl::StrAppend(&out, out.empty() ? "|" : " |");
+  for (const PlanItem& item : plan.items) {
+    absl::StrAppend(&out, " ", Name(item.id), item.num_tokens,
+                    item.prefill ? "p" : "");
+  }
+  return out;
+}
+
+}  // namespace pdserve::scheduler

@@ -1,0 +1,194 @@
+// The scheduling policy: a pure state machine (no IO, no clock, no threads)
+// that turns queued requests and pool capacity into one step plan at a time.
+// The gRPC shell (scheduler/scheduler_service.h) and the simulator
+// (scheduler/simulator.h) drive the same code.
+//
+// Rules, applied by Plan() in this order:
+//  1. Cancelled and finished sequences leave: their pages return to the pool
+//     and the plan lists them for release in the engine before the step.
+//  2. Running decodes first: every sequence past its prompt gets one token.
+//     When their growth needs more KV pages than are free, running sequences
+//     are preempted, lowest priority first and, within a priority, latest
+//     arrival first, until the rest fit. A preempted sequence drops its KV
+//     (released in the engine) and goes back to the head of its priority
+//     class in the waiting queue; when readmitted its prompt is the original
+//     prompt plus every token generated so far, recomputed by prefill
+//     ("recompute" preemption, as in vLLM): no token is lost or repeated.
+//  3. Prefill chunks fill the rest of the per-step token budget: sequences
+//     already prefilling continue (at most `prefill_chunk` tokens each),
+//     then waiting requests are admitted in order (priority, then FCFS) while
+//     the pool can hold their whole prompt plus one decode token. Admission
+//     is strict: a head-of-line request that does not fit blocks those
+//     behind it, so large requests are not starved.
+// With `prefill_chunk` 0 (chunking off) a prompt is prefilled in one step;
+// it joins a step only when its whole prompt fits the remaining budget, or
+// when the step would otherwise carry no prefill at all.
+//
+// Page accounting: a sequence holding t tokens of KV uses ceil(t / page_size)
+// pages; at admission it reserves the pages of its whole (possibly
+// recomputed) prompt. The policy's count is the authority for planning; the
+// engine's own figure is reported separately by the shell.
+#ifndef PDSERVE_SCHEDULER_POLICY_H_
+#define PDSERVE_SCHEDULER_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace pdserve::scheduler {
+
+using SeqId = uint64_t;
+
+// Knobs of the policy. Token counts are tokens; all must be > 0 except
+// prefill_chunk (0 = chunking off).
+struct PolicyConfig {
+  int64_t step_token_budget = 512;  // decode + prefill tokens in one step
+  int64_t prefill_chunk = 256;      // most prompt tokens of one sequence per step
+  int64_t max_running = 64;         // most sequences admitted at once
+  int64_t max_waiting = 1024;       // bound of the waiting queue
+};
+
+// The engine's KV pool as the policy sees it.
+struct PoolGeometry {
+  int64_t page_size = 16;     // tokens per page
+  int64_t total_pages = 0;    // pages in the pool
+  int64_t max_seq_len = 0;    // capacity of one sequence, tokens
+};
+
+// A request as submitted. Higher priority runs first.
+struct RequestSpec {
+  SeqId id = 0;
+  int32_t priority = 0;
+  int64_t prompt_len = 0;      // tokens, > 0
+  int64_t max_new_tokens = 0;  // > 0
+};
+
+// One sequence's share of a step.
+struct PlanItem {
+  SeqId id = 0;
+  int64_t num_tokens = 0;  // prompt tokens to prefill, or 1 for a decode
+  bool prefill = false;
+  bool completes_prompt = false;  // a token will be sampled after this item
+};
+
+// What the shell does for one step, in this order: Release(release),
+// AddSequence(admit) with each one's recomputed prompt, then Step(items).
+struct StepPlan {
+  std::vector<SeqId> release;    // drop engine state (finished/cancelled/preempted)
+  std::vector<SeqId> cancelled;  // subset of release + waiting drops: end with CANCELLED
+  std::vector<SeqId> preempted;  // subset of release: back in the waiting queue
+  std::vector<SeqId> admit;      // add to the engine before the step
+  std::vector<PlanItem> items;   // the batch of this step
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;
+  bool empty() const { return items.empty() && release.empty(); }
+};
+
+// Engine outcome of one planned item.
+struct ItemOutcome {
+  SeqId id = 0;
+  bool finished = false;  // stop token, max_new_tokens or capacity reached
+};
+
+// Read-only view of a sequence's progress.
+struct SequenceView {
+  bool running = false;
+  int32_t priority = 0;
+  int64_t prompt_len = 0;   // original prompt
+  int64_t generated = 0;    // tokens generated so far
+  int64_t prefilled = 0;    // tokens of the current (recomputed) prompt in KV
+  int64_t kv_tokens = 0;    // tokens held in KV
+  int64_t pages = 0;        // pages held
+  int64_t preemptions = 0;
+};
+
+// Not thread-safe: one owner drives Submit/Cancel/Plan/Commit.
+class Policy {
+ public:
+  Policy(PolicyConfig config, PoolGeometry pool);
+
+  // Queues a request. INVALID_ARGUMENT for bad numbers or a duplicate id,
+  // RESOURCE_EXHAUSTED when the prompt exceeds the sequence capacity or the
+  // pool, or when the waiting queue is full (naming its length).
+  absl::Status Submit(const RequestSpec& request);
+
+  // Marks a request cancelled; it leaves at the next Plan(). Returns false
+  // when the id is unknown (already finished).
+  bool Cancel(SeqId id);
+
+  // Forgets a sequence without planning a release (the engine lost it).
+  void Drop(SeqId id);
+
+  // Builds the next step plan and remembers it for Commit().
+  StepPlan Plan();
+
+  // Applies the engine's outcome of the last plan. Items missing from
+  // `outcomes` are taken as not finished.
+  void Commit(absl::Span<const ItemOutcome> outcomes);
+
+  // Pages that pages_for(tokens) needs.
+  int64_t PagesFor(int64_t tokens) const;
+
+  bool Contains(SeqId id) const { return seqs_.contains(id); }
+  SequenceView View(SeqId id) const;  // zero view when unknown
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t free_pages() const { return free_pages_; }
+  int64_t preemptions() const { return preemptions_; }
+  bool idle() const { return seqs_.empty() && to_release_.empty(); }
+  const PolicyConfig& config() const { return config_; }
+  const PoolGeometry& pool() const { return pool_; }
+
+ private:
+  struct Seq {
+    RequestSpec spec;
+    uint64_t arrival = 0;
+    bool running = false;
+    bool cancelled = false;
+    int64_t generated = 0;
+    int64_t target_prompt = 0;  // prompt to prefill (original + recomputed)
+    int64_t prefilled = 0;
+    int64_t kv_tokens = 0;
+    int64_t pages = 0;
+    int64_t preemptions = 0;
+  };
+
+  // Whether a ranks before b (priority desc, arrival asc).
+  bool Before(const Seq& a, const Seq& b) const;
+  void InsertWaiting(SeqId id);
+  void SortRunning();
+  void Preempt(SeqId id, StepPlan& plan);
+  void ApplyCancellations(StepPlan& plan);
+  void PlanDecodes(StepPlan& plan, int64_t& budget);
+  void PlanPrefills(StepPlan& plan, int64_t& budget);
+  void PlanAdmissions(StepPlan& plan, int64_t& budget);
+  // Prefill tokens `s` may take now; 0 when it must wait.
+  int64_t ChunkFor(const Seq& s, int64_t budget, bool step_has_prefill) const;
+  void Finish(SeqId id);
+
+  PolicyConfig config_;
+  PoolGeometry pool_;
+  absl::flat_hash_map<SeqId, Seq> seqs_;
+  std::vector<SeqId> waiting_;   // in rank order
+  std::vector<SeqId> running_;   // in rank order
+  std::vector<SeqId> to_release_;  // finished at the last Commit
+  absl::flat_hash_set<SeqId> cancel_requested_;
+  std::vector<PlanItem> last_items_;
+  int64_t free_pages_ = 0;
+  uint64_t next_arrival_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+// Renders a plan as a one-line token diagram, e.g. "-C ^D +E | A1 B1 E4"
+// (release, preempt, admit | items with token counts, prefill items marked
+// with 'p': "E4p"). Ids 65..90 print as letters. For tests and logs.
+std::string DescribePlan(const StepPlan& plan);
+
+}  // namespace pdserve::scheduler
+
+#endif  // PDSERVE_SCHEDULER_POLICY_H_

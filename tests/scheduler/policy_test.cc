@@ -1,0 +1,283 @@
+// Policy tests written as token diagrams. Each line is one step:
+//   "-A ^B +C | A1 C4p"   release A, preempt B, admit C | A decodes one
+//   token, C prefills 4 prompt tokens.
+// Requests are named by letters (id 'A' == 65).
+#include "scheduler/policy.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::scheduler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Drives a policy: Plan(), then Commit() with `finish` ids marked finished.
+class Driver {
+ public:
+  Driver(PolicyConfig config, PoolGeometry pool) : policy(config, pool) {}
+
+  void Submit(char id, int64_t prompt, int64_t max_new, int32_t priority = 0) {
+    ASSERT_TRUE(policy.Submit({static_cast<SeqId>(id), priority, prompt,
+                               max_new}).ok());
+  }
+  std::string Step(std::vector<char> finish = {}) {
+    StepPlan plan = policy.Plan();
+    std::vector<ItemOutcome> outcomes;
+    for (const PlanItem& item : plan.items) {
+      bool f = false;
+      for (char c : finish) f |= item.id == static_cast<SeqId>(c);
+      outcomes.push_back({item.id, f});
+    }
+    policy.Commit(outcomes);
+    return DescribePlan(plan);
+  }
+  std::vector<std::string> Steps(int n) {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) out.push_back(Step());
+    return out;
+  }
+
+  Policy policy;
+};
+
+PoolGeometry Pool(int64_t page_size, int64_t pages, int64_t max_seq_len) {
+  return {page_size, pages, max_seq_len};
+}
+
+TEST(PolicyTest, DecodesFirstThenChunkedPrefillWithinBudget) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 10, 3);
+  d.Submit('B', 3, 3);
+  EXPECT_THAT(d.Steps(6), ElementsAre("+A +B | A4p B3p",  // 7 of 8 tokens
+                                      "| B1 A4p",         // decode first
+                                      "| B1 A2p",  // A's prompt done, B's 3rd token
+                                      "-B | A1",   // B released
+                                      "| A1",      // A's 3rd token
+                                      "-A |"));
+  EXPECT_TRUE(d.policy.idle());
+  EXPECT_EQ(d.policy.free_pages(), 100);
+}
+
+TEST(PolicyTest, BudgetCapsPrefillAcrossSequences) {
+  Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 5, 2);
+  d.Submit('B', 5, 2);
+  d.Submit('C', 5, 2);
+  EXPECT_THAT(d.Steps(4), ElementsAre("+A +B | A4p B2p",
+                                      "+C | A1p B3p C2p",
+                                      "| A1 B1 C3p",
+                                      "-A -B | C1"));
+}
+
+TEST(PolicyTest, ChunkingOffPrefillsWholePromptAndOverrunsBudgetAlone) {
+  Driver d({.step_token_budget = 6, .prefill_chunk = 0}, Pool(4, 100, 64));
+  d.Submit('A', 2, 4);
+  EXPECT_EQ(d.Step(), "+A | A2p");
+  d.Submit('B', 10, 1);
+  // Chunking off: B's 10 tokens go in one step, stalling A's decode with it.
+  EXPECT_EQ(d.Step(), "+B | A1 B10p");
+  d.Submit('C', 10, 1);
+  d.Submit('D', 3, 1);
+  // C (10) overruns the 5 tokens left after A's decode because it is the
+  // step's only prefill; D waits behind it (FCFS, budget spent).
+  EXPECT_EQ(d.Step(), "-B +C | A1 C10p");
+  EXPECT_EQ(d.Step(), "-C +D | A1 D3p");
+}
+
+TEST(PolicyTest, ChunkingOnKeepsDecodeStepsSmall) {
+  Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 2, 4);
+  EXPECT_EQ(d.Step(), "+A | A2p");
+  d.Submit('B', 10, 1);
+  EXPECT_THAT(d.Steps(3), ElementsAre("+B | A1 B4p", "| A1 B4p", "| A1 B2p"));
+}
+
+TEST(PolicyTest, AdmissionWaitsForPages) {
+  // 4 pages of 4 tokens. A (10 tokens) reserves 3 pages; B needs 2 (its 6
+  // prompt tokens plus one decode token) and waits until A is released.
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16}, Pool(4, 4, 16));
+  d.Submit('A', 10, 2);
+  d.Submit('B', 6, 3);
+  EXPECT_EQ(d.Step(), "+A | A10p");
+  EXPECT_EQ(d.policy.waiting(), 1);
+  EXPECT_EQ(d.policy.free_pages(), 1);
+  EXPECT_EQ(d.Step(), "| A1");
+  EXPECT_EQ(d.Step(), "-A +B | B6p");
+  EXPECT_EQ(d.policy.free_pages(), 2);
+}
+
+TEST(PolicyTest, HeadOfLineBlocksSmallerRequestsBehindIt) {
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16}, Pool(4, 4, 16));
+  d.Submit('A', 8, 3);   // 2 pages, 3 with its decodes
+  d.Submit('B', 12, 1);  // needs 4 pages: waits
+  d.Submit('C', 2, 1);   // would fit (1 page), but arrived after B
+  EXPECT_THAT(d.Steps(3), ElementsAre("+A | A8p", "| A1", "| A1"));
+  EXPECT_EQ(d.Step(), "-A +B +C | B12p C2p");
+}
+
+TEST(PolicyTest, PriorityFirstThenFcfs) {
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16, .max_running = 1},
+           Pool(4, 100, 64));
+  d.Submit('A', 2, 1);
+  d.Submit('B', 2, 1);
+  d.Submit('C', 2, 1, /*priority=*/5);
+  d.Submit('D', 2, 1, /*priority=*/5);
+  EXPECT_THAT(d.Steps(5), ElementsAre("+C | C2p", "-C +D | D2p",
+                                      "-D +A | A2p", "-A +B | B2p", "-B |"));
+}
+
+TEST(PolicyTest, GrowthPreemptsLowestPriorityLatestArrival) {
+  // 4 pages of 4 tokens. A (priority 1), B, C hold one page each after their
+  // 4-token prompts (admission checks room for one decode token: 2 pages).
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16}, Pool(4, 4, 32));
+  d.Submit('A', 4, 8, /*priority=*/1);
+  d.Submit('B', 4, 8);
+  d.Submit('C', 4, 8);
+  EXPECT_EQ(d.Step(), "+A +B +C | A4p B4p C4p");
+  // Decodes write position 4: a second page each; 3 needed, 1 free. C
+  // (priority 0, latest) is preempted; A and B fit.
+  EXPECT_EQ(d.Step(), "^C | A1 B1");
+  EXPECT_EQ(d.policy.View('C').generated, 1);
+  EXPECT_EQ(d.policy.View('C').pages, 0);
+  // C waits: its recomputed prompt (4 + 1) needs 2 pages, none free.
+  EXPECT_THAT(d.Steps(3), ElementsAre("| A1 B1", "| A1 B1", "| A1 B1"));
+  // Position 8 needs third pages: B goes; A, higher priority, keeps running.
+  EXPECT_EQ(d.Step(), "^B | A1");
+  EXPECT_EQ(d.policy.View('B').generated, 5);
+  EXPECT_EQ(d.policy.preemptions(), 2);
+  EXPECT_THAT(d.Steps(2), ElementsAre("| A1", "| A1"));
+  // A done: B, ahead of C (same priority, earlier arrival), is readmitted
+  // with its prompt plus its 5 generated tokens recomputed by prefill.
+  EXPECT_EQ(d.Step(), "-A +B | B9p");
+  EXPECT_EQ(d.policy.View('B').generated, 6);
+  EXPECT_EQ(d.policy.View('B').kv_tokens, 9);
+}
+
+TEST(PolicyTest, PreemptedSequenceResumesAndFinishesWithAllItsTokens) {
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16}, Pool(4, 3, 32));
+  d.Submit('A', 4, 6);
+  d.Submit('B', 4, 6);
+  int steps = 0;
+  while (!d.policy.idle() && steps < 100) {
+    d.Step();
+    ++steps;
+    EXPECT_GE(d.policy.free_pages(), 0);
+  }
+  EXPECT_TRUE(d.policy.idle());
+  EXPECT_GE(d.policy.preemptions(), 1);
+  EXPECT_EQ(d.policy.free_pages(), 3);
+}
+
+TEST(PolicyTest, CancellationLeavesPlanAndFreesPagesNextStep) {
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16, .max_running = 1},
+           Pool(4, 8, 32));
+  d.Submit('A', 6, 10);
+  d.Submit('B', 3, 1);
+  EXPECT_EQ(d.Step(), "+A | A6p");
+  EXPECT_EQ(d.policy.free_pages(), 6);
+  EXPECT_TRUE(d.policy.Cancel('A'));
+  EXPECT_FALSE(d.policy.Cancel('A'));  // already marked
+  StepPlan plan = d.policy.Plan();
+  EXPECT_EQ(DescribePlan(plan), "-A +B | B3p");
+  EXPECT_THAT(plan.cancelled, ElementsAre('A'));
+  EXPECT_EQ(d.policy.free_pages(), 7);  // A's 2 back, B's 1 taken
+}
+
+TEST(PolicyTest, CancelWhileWaitingDropsWithoutRelease) {
+  Driver d({.step_token_budget = 32, .prefill_chunk = 16, .max_running = 1},
+           Pool(4, 8, 32));
+  d.Submit('A', 2, 5);
+  d.Submit('B', 2, 5);
+  EXPECT_EQ(d.Step(), "+A | A2p");
+  EXPECT_TRUE(d.policy.Cancel('B'));
+  StepPlan plan = d.policy.Plan();
+  EXPECT_EQ(DescribePlan(plan), "| A1");
+  EXPECT_THAT(plan.cancelled, ElementsAre('B'));
+  EXPECT_EQ(d.policy.waiting(), 0);
+}
+
+TEST(PolicyTest, QueueBoundAnswersResourceExhaustedWithLength) {
+  Policy p({.max_running = 1, .max_waiting = 2}, Pool(4, 8, 32));
+  ASSERT_TRUE(p.Submit({1, 0, 2, 1}).ok());
+  ASSERT_TRUE(p.Submit({2, 0, 2, 1}).ok());
+  absl::Status s = p.Submit({3, 0, 2, 1});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("2 requests waiting (bound 2)"));
+}
+
+TEST(PolicyTest, RejectsWhatCanNeverFit) {
+  Policy p({}, Pool(4, 2, 32));
+  absl::Status s = p.Submit({1, 0, 40, 1});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("40 tokens exceeds the sequence capacity of 32"));
+  s = p.Submit({2, 0, 8, 1});  // 9 tokens need 3 pages of the 2
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("needs 3 KV pages"));
+  EXPECT_EQ(p.Submit({3, 0, 0, 1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.Submit({4, 0, 2, 0}).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(p.Submit({5, 0, 2, 1}).ok());
+  EXPECT_EQ(p.Submit({5, 0, 2, 1}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Random workloads: invariants hold every step and every request ends with
+// exactly max_new_tokens tokens.
+TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t chunk = trial % 3 == 0 ? 0 : 1 + rng() % 16;
+    PolicyConfig config{.step_token_budget = 8 + static_cast<int64_t>(rng() % 24),
+                        .prefill_chunk = chunk,
+                        .max_running = 1 + static_cast<int64_t>(rng() % 6)};
+    Policy p(config, Pool(4, 6 + rng() % 10, 24));
+    std::vector<RequestSpec> reqs;
+    absl::flat_hash_map<SeqId, int64_t> tokens;
+    for (SeqId id = 1; id <= 12; ++id) {
+      RequestSpec r{id, static_cast<int32_t>(rng() % 3),
+                    1 + static_cast<int64_t>(rng() % 12),
+                    1 + static_cast<int64_t>(rng() % 8)};
+      ASSERT_TRUE(p.Submit(r).ok());
+      reqs.push_back(r);
+    }
+    int steps = 0;
+    while (!p.idle() && steps++ < 2000) {
+      StepPlan plan = p.Plan();
+      ASSERT_GE(p.free_pages(), 0);
+      int64_t used = 0;
+      for (const auto& r : reqs) used += p.View(r.id).pages;
+      ASSERT_EQ(used + p.free_pages(), p.pool().total_pages);
+      bool seen_prefill = false;
+      int64_t total = 0;
+      for (const PlanItem& item : plan.items) {
+        ASSERT_FALSE(!item.prefill && seen_prefill) << "decode after prefill";
+        seen_prefill |= item.prefill;
+        total += item.num_tokens;
+        if (item.completes_prompt || !item.prefill) {
+          ++tokens[item.id];
+        }
+      }
+      if (chunk > 0) {
+        ASSERT_LE(total, config.step_token_budget);
+      }
+      for (SeqId id : plan.preempted) {
+        // Tokens produced before preemption stay counted; the recomputed
+        // prompt yields the next one.
+        ASSERT_EQ(tokens[id], p.View(id).generated);
+      }
+      std::vector<ItemOutcome> outcomes;
+      for (const PlanItem& item : plan.items) outcomes.push_back({item.id, false});
+      p.Commit(outcomes);
+    }
+    ASSERT_TRUE(p.idle()) << "trial " << trial << " did not drain";
+    for (const auto& r : reqs) EXPECT_EQ(tokens[r.id], r.max_new_tokens);
+    EXPECT_EQ(p.free_pages(), p.pool().total_pages);
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::scheduler

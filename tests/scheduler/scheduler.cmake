@@ -1,0 +1,3 @@
+pdserve_add_test(NAME policy_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/policy_test.cc
+  LIBS pdserve_scheduler_policy)
