@@ -147,8 +147,15 @@ class EngineCore {
   absl::Status Release(SequenceId id);
 
   const KvGeometry& Geometry() const;
+  // Stats() measures resident memory with mincore: not for every step.
   EngineStats Stats() const;
   const ModelConfig& model_config() const;
+
+  // The logits row (vocab_size floats) the last Step computed for `id`: for
+  // the last token of its span, the row its new token (if any) was sampled
+  // from. Empty when `id` was not run by the last Step. Valid until the next
+  // Step. For tests and debugging.
+  absl::Span<const float> LastLogits(SequenceId id) const;
 
   class Impl;
 

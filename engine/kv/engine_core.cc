@@ -1,0 +1,449 @@
+#include "engine/kv/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "engine/kv/sequence_state.h"
+#include "engine/model/forward.h"
+#include "engine/model/sampler.h"
+#include "kernels/thread_pool.h"
+
+namespace pdserve {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+  }
+  return "unknown";
+}
+
+namespace {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// log p(token) under softmax(logits).
+float LogProb(absl::Span<const float> logits, int32_t token) {
+  float max = logits[0];
+  for (float v : logits) max = std::max(max, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - max));
+  return static_cast<float>(logits[token] - max - std::log(sum));
+}
+
+}  // namespace
+
+// One live or finished sequence.
+struct EngineSequence {
+  SequenceId id = 0;
+  // Prompt followed by every sampled token; the token at position p is
+  // tokens[p]. Reserved at admission (max_seq_len + 1): appending a sampled
+  // token never allocates.
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  SequenceState state;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> stop_ids;
+  int64_t max_new_tokens = 0;
+  int64_t generated = 0;
+  FinishReason finish = FinishReason::kNone;
+  int64_t plan_stamp = -1;       // last step that listed it (duplicates)
+  int64_t logits_step = -1;      // step whose logits row it owns
+  int64_t logits_row = -1;
+
+  explicit EngineSequence(SequenceState s) : state(std::move(s)) {}
+  // Tokens available to process (prompt, or the pending sampled token).
+  int64_t available() const {
+    return static_cast<int64_t>(tokens.size()) - state.next_pos();
+  }
+};
+
+class EngineCore::Impl {
+ public:
+  Impl(std::shared_ptr<const ModelWeights> weights, ThreadPool* threads,
+       EngineOptions options, std::unique_ptr<KvPool> pool)
+      : weights_(std::move(weights)),
+        threads_(threads),
+        options_(std::move(options)),
+        pool_(std::move(pool)),
+        vocab_(weights_->config.vocab_size),
+        max_rows_(std::min(options_.max_sequences, options_.max_step_tokens)),
+        logits_(new float[static_cast<size_t>(max_rows_ * vocab_)]) {
+    seqs_.reserve(static_cast<size_t>(2 * options_.max_sequences));
+    spans_.reserve(static_cast<size_t>(max_rows_));
+    span_seq_.reserve(static_cast<size_t>(max_rows_));
+    if (!options_.now_ns) options_.now_ns = SteadyNowNs;
+  }
+
+  absl::Status Init() {
+    absl::StatusOr<std::unique_ptr<ForwardPass>> fp = ForwardPass::Create(
+        *weights_, pool_->storage(), *threads_, options_.max_step_tokens);
+    if (!fp.ok()) return fp.status();
+    forward_ = std::move(*fp);
+    return absl::OkStatus();
+  }
+
+  absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
+                           int64_t max_seq_len, const SamplingParams& params,
+                           absl::Span<const int32_t> stop_token_ids,
+                           int64_t max_new_tokens);
+  absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
+  absl::Status Release(SequenceId id);
+  EngineStats Stats() const;
+  absl::Span<const float> LastLogits(SequenceId id) const;
+
+  const KvGeometry& geometry() const { return pool_->geometry(); }
+  const ModelConfig& config() const { return weights_->config; }
+
+ private:
+  absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
+  void SampleInto(EngineSequence& seq, int64_t row, SequenceStepResult& out);
+  void Finish(EngineSequence& seq, FinishReason reason);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  ThreadPool* threads_;
+  EngineOptions options_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<ForwardPass> forward_;
+  const int64_t vocab_;
+  const int64_t max_rows_;  // logits rows: spans in one step
+  std::unique_ptr<float[]> logits_;
+  absl::flat_hash_map<SequenceId, std::unique_ptr<EngineSequence>> seqs_;
+  // Step staging, capacity fixed at construction.
+  std::vector<SequenceSpan> spans_;
+  std::vector<EngineSequence*> span_seq_;
+  int64_t steps_ = 0;  // Step calls validated (stamps)
+  int64_t forward_steps_ = 0;
+  int64_t tokens_processed_ = 0;
+  int64_t running_ = 0;
+  int64_t finished_ = 0;
+};
+
+absl::Status EngineCore::Impl::AddSequence(
+    SequenceId id, absl::Span<const int32_t> prompt, int64_t max_seq_len,
+    const SamplingParams& params, absl::Span<const int32_t> stop_token_ids,
+    int64_t max_new_tokens) {
+  if (seqs_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("sequence ", id, " already exists"));
+  }
+  if (prompt.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", id, ": empty prompt"));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", id, ": prompt token ", prompt[i], " at index ", i,
+          " is outside the vocabulary [0, ", vocab_, ")"));
+    }
+  }
+  for (int32_t t : stop_token_ids) {
+    if (t < 0 || t >= vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", id, ": stop token ", t,
+                       " is outside the vocabulary [0, ", vocab_, ")"));
+    }
+  }
+  if (absl::Status s = CheckMaxSeqLen(max_seq_len, config().max_context,
+                                      geometry().total_tokens);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckPromptFits(static_cast<int64_t>(prompt.size()), max_seq_len);
+      !s.ok()) {
+    return s;
+  }
+  if (max_new_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": max_new_tokens must be positive, got ",
+        max_new_tokens));
+  }
+  if (static_cast<int64_t>(seqs_.size()) >= 2 * options_.max_sequences) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine holds ", seqs_.size(),
+        " sequences (finished ones must be released); the limit is ",
+        2 * options_.max_sequences));
+  }
+  absl::StatusOr<std::unique_ptr<Sampler>> sampler =
+      Sampler::Create(params, vocab_);
+  if (!sampler.ok()) return sampler.status();
+  absl::StatusOr<SequenceState> state = SequenceState::Create(max_seq_len);
+  if (!state.ok()) return state.status();
+  if (absl::Status s = pool_->Add(id, max_seq_len); !s.ok()) return s;
+
+  auto seq = std::make_unique<EngineSequence>(std::move(*state));
+  seq->id = id;
+  seq->tokens.reserve(static_cast<size_t>(max_seq_len + 1));
+  seq->tokens.assign(prompt.begin(), prompt.end());
+  seq->prompt_len = static_cast<int64_t>(prompt.size());
+  seq->sampler = std::move(*sampler);
+  seq->stop_ids.assign(stop_token_ids.begin(), stop_token_ids.end());
+  seq->max_new_tokens = max_new_tokens;
+  seqs_.emplace(id, std::move(seq));
+  ++running_;
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::Impl::ValidatePlan(
+    absl::Span<const StepPlanEntry> plan) {
+  ++steps_;
+  int64_t total_tokens = 0;
+  int64_t pages_needed = 0;
+  for (const StepPlanEntry& e : plan) {
+    auto it = seqs_.find(e.id);
+    if (it == seqs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("step plan names unknown sequence ", e.id));
+    }
+    EngineSequence& seq = *it->second;
+    if (seq.plan_stamp == steps_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step plan lists sequence ", e.id, " twice"));
+    }
+    seq.plan_stamp = steps_;
+    if (e.num_tokens <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step plan gives sequence ", e.id, " ", e.num_tokens,
+                       " tokens; must be >= 1"));
+    }
+    if (seq.finish != FinishReason::kNone) continue;  // reported, not run
+    if (e.num_tokens > seq.available()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step plan gives sequence ", e.id, " ", e.num_tokens,
+          " tokens at position ", seq.state.next_pos(), " but only ",
+          seq.available(), " are pending (prompt ", seq.prompt_len,
+          ", generated ", seq.generated, ")"));
+    }
+    total_tokens += e.num_tokens;
+    pages_needed +=
+        pool_->PagesNeeded(e.id, seq.state.next_pos() + e.num_tokens);
+  }
+  if (total_tokens > options_.max_step_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step plan holds ", total_tokens,
+                     " tokens; the engine's limit is max_step_tokens=",
+                     options_.max_step_tokens));
+  }
+  if (static_cast<int64_t>(plan.size()) > max_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step plan holds ", plan.size(), " sequences; the limit is ",
+        max_rows_));
+  }
+  const int64_t free_pages = pool_->Stats().free_pages;
+  if (pages_needed > free_pages) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("step needs ", pages_needed, " more KV pages; ",
+                     free_pages, " are free"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
+                                    StepResult* result) {
+  const int64_t t0 = options_.now_ns();
+  if (absl::Status s = ValidatePlan(plan); !s.ok()) return s;
+
+  result->sequences.resize(plan.size());
+  result->tokens_processed = 0;
+  spans_.clear();
+  span_seq_.clear();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EngineSequence& seq = *seqs_.find(plan[i].id)->second;
+    SequenceStepResult& out = result->sequences[i];
+    out = SequenceStepResult{};
+    out.id = seq.id;
+    out.finish = seq.finish;
+    out.next_pos = seq.state.next_pos();
+    if (seq.finish != FinishReason::kNone) continue;
+    const int64_t start = seq.state.next_pos();
+    const int64_t end = start + plan[i].num_tokens;
+    // Validated above: pages are free and end <= tokens.size() <= capacity.
+    if (absl::Status s = pool_->Reserve(seq.id, end); !s.ok()) return s;
+    SequenceSpan span;
+    span.tokens = absl::MakeConstSpan(seq.tokens).subspan(start, end - start);
+    span.start_pos = start;
+    span.page_table = pool_->PageTable(seq.id);
+    span.rope_delta = seq.state.rope_delta();
+    spans_.push_back(span);
+    span_seq_.push_back(&seq);
+  }
+
+  ForwardStats fstats;
+  const int64_t t1 = options_.now_ns();
+  if (!spans_.empty()) {
+    const int64_t rows = ForwardPass::LogitRows(spans_);
+    absl::Status s = forward_->Run(
+        spans_, absl::MakeSpan(logits_.get(), rows * vocab_), &fstats);
+    if (!s.ok()) return s;
+    ++forward_steps_;
+  }
+  const int64_t t2 = options_.now_ns();
+
+  size_t span_index = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    SequenceStepResult& out = result->sequences[i];
+    if (span_index >= span_seq_.size() ||
+        span_seq_[span_index]->id != plan[i].id) {
+      continue;  // finished before this step
+    }
+    EngineSequence& seq = *span_seq_[span_index];
+    const int64_t n = spans_[span_index].size();
+    (void)seq.state.Advance(n);  // fits: n <= available <= remaining
+    (void)pool_->MarkWritten(seq.id, seq.state.next_pos());
+    seq.logits_step = steps_;
+    seq.logits_row = static_cast<int64_t>(span_index);
+    out.tokens_processed = static_cast<int32_t>(n);
+    out.next_pos = seq.state.next_pos();
+    result->tokens_processed += n;
+    if (seq.available() == 0) SampleInto(seq, span_index, out);
+    ++span_index;
+  }
+  const int64_t t3 = options_.now_ns();
+
+  tokens_processed_ += result->tokens_processed;
+  result->forward_ns = t2 - t1;
+  result->sample_ns = t3 - t2;
+  result->total_ns = t3 - t0;
+  result->weight_bytes_read = fstats.weight_bytes_read;
+  result->kv_bytes_read = fstats.kv_bytes_read;
+  result->kv_bytes_written = fstats.kv_bytes_written;
+  return absl::OkStatus();
+}
+
+void EngineCore::Impl::SampleInto(EngineSequence& seq, int64_t row,
+                                  SequenceStepResult& out) {
+  absl::Span<float> logits =
+      absl::MakeSpan(logits_.get() + row * vocab_, vocab_);
+  out.logprob = 0.0f;
+  const int32_t token = seq.sampler->Sample(logits, seq.tokens);
+  out.logprob = LogProb(logits, token);
+  out.has_token = true;
+  out.token = token;
+  seq.tokens.push_back(token);
+  ++seq.generated;
+  if (std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=
+      seq.stop_ids.end()) {
+    Finish(seq, FinishReason::kStop);
+  } else if (seq.generated >= seq.max_new_tokens ||
+             !CheckDecodeCapacity(seq.state.next_pos(), seq.state.capacity())
+                  .ok()) {
+    // The token cannot be fed back: a decode step would run at full
+    // capacity.
+    Finish(seq, FinishReason::kLength);
+  }
+  out.finish = seq.finish;
+}
+
+void EngineCore::Impl::Finish(EngineSequence& seq, FinishReason reason) {
+  seq.finish = reason;
+  (void)pool_->Remove(seq.id);  // pages back at once
+  --running_;
+  ++finished_;
+}
+
+absl::Status EngineCore::Impl::Release(SequenceId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot release unknown sequence ", id));
+  }
+  if (it->second->finish == FinishReason::kNone) {
+    if (absl::Status s = pool_->Remove(id); !s.ok()) return s;
+    --running_;
+  } else {
+    --finished_;
+  }
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+EngineStats EngineCore::Impl::Stats() const {
+  EngineStats s;
+  s.pool = pool_->Stats();
+  s.resident_bytes = pool_->ResidentBytes();
+  s.running = running_;
+  s.finished = finished_;
+  s.steps = forward_steps_;
+  s.tokens_processed = tokens_processed_;
+  return s;
+}
+
+absl::Span<const float> EngineCore::Impl::LastLogits(SequenceId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->logits_step != steps_) return {};
+  return absl::MakeConstSpan(logits_.get() + it->second->logits_row * vocab_,
+                             vocab_);
+}
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
+    std::shared_ptr<const ModelWeights> weights, ThreadPool* threads,
+    EngineOptions options) {
+  if (weights == nullptr || threads == nullptr) {
+    return absl::InvalidArgumentError("EngineCore needs weights and threads");
+  }
+  if (options.max_step_tokens < 1 || options.max_sequences < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_step_tokens (", options.max_step_tokens,
+        ") and max_sequences (", options.max_sequences, ") must be >= 1"));
+  }
+  if (!options.available_bytes) {
+    options.available_bytes = ReadMemAvailableBytes;
+  }
+  absl::StatusOr<KvGeometry> geometry = ComputeKvGeometry(
+      KvModelShape::FromConfig(weights->config), options.kv_memory,
+      options.page_size, options.max_sequences, options.available_bytes);
+  if (!geometry.ok()) return geometry.status();
+  absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(*geometry);
+  if (!pool.ok()) return pool.status();
+  auto impl = std::make_unique<Impl>(std::move(weights), threads,
+                                     std::move(options), std::move(*pool));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
+}
+
+EngineCore::EngineCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EngineCore::~EngineCore() = default;
+
+absl::Status EngineCore::AddSequence(SequenceId id,
+                                     absl::Span<const int32_t> prompt,
+                                     int64_t max_seq_len,
+                                     const SamplingParams& params,
+                                     absl::Span<const int32_t> stop_token_ids,
+                                     int64_t max_new_tokens) {
+  return impl_->AddSequence(id, prompt, max_seq_len, params, stop_token_ids,
+                            max_new_tokens);
+}
+
+absl::Status EngineCore::Step(absl::Span<const StepPlanEntry> plan,
+                              StepResult* result) {
+  return impl_->Step(plan, result);
+}
+
+absl::Status EngineCore::Release(SequenceId id) { return impl_->Release(id); }
+
+const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
+EngineStats EngineCore::Stats() const { return impl_->Stats(); }
+const ModelConfig& EngineCore::model_config() const {
+  return impl_->config();
+}
+absl::Span<const float> EngineCore::LastLogits(SequenceId id) const {
+  return impl_->LastLogits(id);
+}
+
+}  // namespace pdserve
