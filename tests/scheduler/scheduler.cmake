@@ -1,3 +1,6 @@
 pdserve_add_test(NAME policy_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/policy_test.cc
   LIBS pdserve_scheduler_policy)
+pdserve_add_test(NAME simulator_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/simulator_test.cc
+  LIBS pdserve_scheduler_policy)

@@ -1,0 +1,291 @@
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::scheduler {
+namespace {
+
+absl::Status CheckRequest(const TraceRequest& r, const std::string& where) {
+  if (r.arrival_s < 0 || !std::isfinite(r.arrival_s)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: arrival_s %g must be a finite number >= 0", where, r.arrival_s));
+  }
+  if (r.prompt_tokens <= 0 || r.output_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: prompt_tokens %d and output_tokens %d must be > 0", where,
+        r.prompt_tokens, r.output_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TraceRequest>> ParseJsonTrace(absl::string_view text) {
+  std::vector<nlohmann::json> items;
+  try {
+    auto doc = nlohmann::json::parse(text.begin(), text.end());
+    if (doc.is_array()) {
+      for (auto& e : doc) items.push_back(e);
+    } else {
+      items.push_back(doc);
+    }
+  } catch (const nlohmann::json::exception&) {
+    // JSON Lines: one object per line.
+    int line_no = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      ++line_no;
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty()) continue;
+      try {
+        items.push_back(nlohmann::json::parse(line.begin(), line.end()));
+      } catch (const nlohmann::json::exception& e) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("trace line %d: %s", line_no, e.what()));
+      }
+    }
+  }
+  std::vector<TraceRequest> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& e = items[i];
+    const std::string where = absl::StrFormat("trace element %d", i);
+    if (!e.is_object() || !e.contains("arrival_s") ||
+        !e.contains("prompt_tokens") || !e.contains("output_tokens")) {
+      return absl::InvalidArgumentError(
+          where + ": needs arrival_s, prompt_tokens and output_tokens");
+    }
+    TraceRequest r;
+    try {
+      r.arrival_s = e.at("arrival_s").get<double>();
+      r.prompt_tokens = e.at("prompt_tokens").get<int64_t>();
+      r.output_tokens = e.at("output_tokens").get<int64_t>();
+      r.priority = e.value("priority", 0);
+    } catch (const nlohmann::json::exception& ex) {
+      return absl::InvalidArgumentError(where + ": " + ex.what());
+    }
+    if (auto s = CheckRequest(r, where); !s.ok()) return s;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Splits CSV text into rows of numbers, skipping blank lines, '#' comments
+// and a header line (the first line when it does not start with a digit).
+absl::StatusOr<std::vector<std::vector<double>>> ParseCsvNumbers(
+    absl::string_view text, size_t min_cols, size_t max_cols) {
+  std::vector<std::vector<double>> rows;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (rows.empty() && !(std::isdigit(line[0]) || line[0] == '.' ||
+                          line[0] == '-')) {
+      continue;  // header
+    }
+    std::vector<double> row;
+    for (absl::string_view cell : absl::StrSplit(line, ',')) {
+      double v;
+      if (!absl::SimpleAtod(absl::StripAsciiWhitespace(cell), &v)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "line %d: '%s' is not a number", line_no, std::string(cell)));
+      }
+      row.push_back(v);
+    }
+    if (row.size() < min_cols || row.size() > max_cols) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "line %d: %d columns; expected %d to %d", line_no, row.size(),
+          min_cols, max_cols));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// Solves the 3x3 system a x = b (Gaussian elimination); false if singular.
+bool Solve3(double a[3][3], double b[3], double x[3]) {
+  for (int c = 0; c < 3; ++c) {
+    int p = c;
+    for (int r = c + 1; r < 3; ++r) {
+      if (std::fabs(a[r][c]) > std::fabs(a[p][c])) p = r;
+    }
+    if (std::fabs(a[p][c]) < 1e-12) return false;
+    std::swap(a[p], a[c]);
+    std::swap(b[p], b[c]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (int k = 0; k < 3; ++k) a[r][k] -= f * a[c][k];
+      b[r] -= f * b[c];
+    }
+  }
+  for (int i = 0; i < 3; ++i) x[i] = b[i] / a[i][i];
+  return true;
+}
+
+// Least squares over the columns in `use` (the others fixed at 0).
+bool FitColumns(absl::Span<const StepSample> samples, const bool use[3],
+                double coef[3]) {
+  double a[3][3] = {}, b[3] = {};
+  for (const StepSample& s : samples) {
+    const double f[3] = {1.0, static_cast<double>(s.prefill_tokens),
+                         static_cast<double>(s.decode_seqs)};
+    for (int i = 0; i < 3; ++i) {
+      b[i] += use[i] ? f[i] * s.step_ms : 0;
+      for (int j = 0; j < 3; ++j) a[i][j] += use[i] && use[j] ? f[i] * f[j] : 0;
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (!use[i]) a[i][i] = 1;  // pins the unused coefficient to 0
+  }
+  return Solve3(a, b, coef);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text) {
+  absl::string_view t = absl::StripLeadingAsciiWhitespace(text);
+  if (!t.empty() && (t[0] == '[' || t[0] == '{')) return ParseJsonTrace(t);
+  auto rows = ParseCsvNumbers(text, 3, 4);
+  if (!rows.ok()) return rows.status();
+  std::vector<TraceRequest> out;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& row = (*rows)[i];
+    TraceRequest r{row[0], static_cast<int64_t>(row[1]),
+                   static_cast<int64_t>(row[2]),
+                   row.size() > 3 ? static_cast<int32_t>(row[3]) : 0};
+    if (auto s = CheckRequest(r, absl::StrFormat("trace row %d", i + 1));
+        !s.ok()) {
+      return s;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text) {
+  auto rows = ParseCsvNumbers(text, 3, 3);
+  if (!rows.ok()) return rows.status();
+  std::vector<StepSample> out;
+  for (const auto& row : *rows) {
+    out.push_back({static_cast<int64_t>(row[0]), static_cast<int64_t>(row[1]),
+                   row[2]});
+  }
+  return out;
+}
+
+absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) {
+  if (samples.size() < 3) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "calibration needs at least 3 step samples; got %d", samples.size()));
+  }
+  bool use[3] = {true, true, true};
+  double coef[3];
+  for (int round = 0; round < 3; ++round) {
+    if (!FitColumns(samples, use, coef)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "calibration samples (%d) do not vary in both prefill tokens and "
+          "decode sequences; cannot fit the step cost",
+          samples.size()));
+    }
+    bool changed = false;
+    for (int i = 0; i < 3; ++i) {
+      if (use[i] && coef[i] < 0) use[i] = false, changed = true;
+    }
+    if (!changed) break;
+  }
+  return StepCostModel{std::max(0.0, coef[0]), std::max(0.0, coef[1]),
+                       std::max(0.0, coef[2])};
+}
+
+Percentiles ComputePercentiles(std::vector<double> values) {
+  Percentiles p;
+  p.count = static_cast<int64_t>(values.size());
+  if (values.empty()) return p;
+  std::sort(values.begin(), values.end());
+  auto at = [&](double q) {  // nearest rank
+    size_t rank = static_cast<size_t>(std::ceil(q * values.size()));
+    return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+  };
+  p.p50 = at(0.50);
+  p.p90 = at(0.90);
+  p.p99 = at(0.99);
+  double sum = 0;
+  for (double v : values) sum += v;
+  p.mean = sum / static_cast<double>(values.size());
+  return p;
+}
+
+SimulationResult Simulate(absl::Span<const TraceRequest> trace,
+                          const PolicyConfig& config, const PoolGeometry& pool,
+                          const StepCostModel& cost) {
+  std::vector<TraceRequest> reqs(trace.begin(), trace.end());
+  std::stable_sort(reqs.begin(), reqs.end(), [](const auto& a, const auto& b) {
+    return a.arrival_s < b.arrival_s;
+  });
+  SimulationResult result;
+  if (reqs.empty()) return result;
+  Policy policy(config, pool);
+  // Per request: last token time (ms) and whether it produced one yet.
+  std::vector<double> last_token_ms(reqs.size(), -1);
+  std::vector<double> ttft, itl;
+  double now_ms = reqs.front().arrival_s * 1000.0;
+  const double start_ms = now_ms;
+  size_t next = 0;
+  int64_t batch_sum = 0, output_tokens = 0;
+  while (true) {
+    for (; next < reqs.size() && reqs[next].arrival_s * 1000.0 <= now_ms;
+         ++next) {
+      const TraceRequest& r = reqs[next];
+      if (!policy.Submit({next, r.priority, r.prompt_tokens, r.output_tokens})
+               .ok()) {
+        ++result.rejected;
+      }
+    }
+    StepPlan plan = policy.Plan();
+    if (plan.items.empty()) {
+      // Only releases, or nothing runnable: wait for the next arrival.
+      policy.Commit({});
+      if (next >= reqs.size()) break;
+      now_ms = std::max(now_ms, reqs[next].arrival_s * 1000.0);
+      continue;
+    }
+    now_ms += cost.StepMs(plan.prefill_tokens, plan.decode_tokens);
+    ++result.steps;
+    batch_sum += static_cast<int64_t>(plan.items.size());
+    for (const PlanItem& item : plan.items) {
+      if (item.prefill && !item.completes_prompt) continue;
+      const TraceRequest& r = reqs[item.id];
+      double& last = last_token_ms[item.id];
+      if (last < 0) {
+        ttft.push_back(now_ms - r.arrival_s * 1000.0);
+      } else {
+        itl.push_back(now_ms - last);
+      }
+      last = now_ms;
+      ++output_tokens;
+    }
+    policy.Commit({});  // the policy ends each request at its output length
+  }
+  result.completed = static_cast<int64_t>(reqs.size()) - result.rejected;
+  result.preemptions = policy.preemptions();
+  result.ttft_ms = ComputePercentiles(std::move(ttft));
+  result.itl_ms = ComputePercentiles(std::move(itl));
+  result.duration_s = (now_ms - start_ms) / 1000.0;
+  if (result.duration_s > 0) {
+    result.output_tokens_per_s = output_tokens / result.duration_s;
+    result.requests_per_s = result.completed / result.duration_s;
+  }
+  if (result.steps > 0) {
+    result.mean_batch = static_cast<double>(batch_sum) / result.steps;
+  }
+  return result;
+}
+
+}  // namespace pdserve::scheduler

@@ -1,0 +1,88 @@
+// Trace-driven simulation of the scheduling policy against a linear step
+// cost model, for sizing a deployment without hardware. Pure: no IO, no
+// clock (time is simulated), deterministic.
+#ifndef PDSERVE_SCHEDULER_SIMULATOR_H_
+#define PDSERVE_SCHEDULER_SIMULATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "scheduler/policy.h"
+
+namespace pdserve::scheduler {
+
+// One request of a trace: arrival time (seconds from the trace start),
+// prompt and output lengths (tokens, > 0), priority.
+struct TraceRequest {
+  double arrival_s = 0;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int32_t priority = 0;
+};
+
+// Parses a trace: CSV with columns arrival_s,prompt_tokens,output_tokens
+// [,priority] (a header line and '#' comments allowed), or JSON: an array of
+// objects with those keys (or one object per line). INVALID_ARGUMENT names
+// the line / element and the bad value.
+absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text);
+
+// Step time in milliseconds = fixed_ms + prefill_token_ms * prefill tokens
+// + decode_seq_ms * decoding sequences.
+struct StepCostModel {
+  double fixed_ms = 2.0;
+  double prefill_token_ms = 0.05;
+  double decode_seq_ms = 0.5;
+  double StepMs(int64_t prefill_tokens, int64_t decode_seqs) const {
+    return fixed_ms + prefill_token_ms * static_cast<double>(prefill_tokens) +
+           decode_seq_ms * static_cast<double>(decode_seqs);
+  }
+};
+
+// A measured engine step, for calibration.
+struct StepSample {
+  int64_t prefill_tokens = 0;
+  int64_t decode_seqs = 0;
+  double step_ms = 0;
+};
+
+// Parses calibration samples: CSV prefill_tokens,decode_seqs,step_ms.
+absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text);
+
+// Least-squares fit of the cost model to measured steps. Needs at least 3
+// samples that vary in both counts; INVALID_ARGUMENT otherwise. Negative
+// coefficients are clamped to 0 (and the rest refitted).
+absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples);
+
+// Latency percentiles in milliseconds.
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  int64_t count = 0;
+};
+Percentiles ComputePercentiles(std::vector<double> values);
+
+struct SimulationResult {
+  Percentiles ttft_ms;          // arrival -> first token
+  Percentiles itl_ms;           // gaps between consecutive tokens of a request
+  double duration_s = 0;        // first arrival -> last token
+  double output_tokens_per_s = 0;
+  double requests_per_s = 0;
+  int64_t completed = 0;
+  int64_t rejected = 0;         // refused by the policy (queue full, too big)
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  double mean_batch = 0;        // sequences per step
+};
+
+// Replays `trace` (any order; sorted by arrival) through a Policy with
+// `config` and `pool`, stepping simulated time by `cost`.
+SimulationResult Simulate(absl::Span<const TraceRequest> trace,
+                          const PolicyConfig& config, const PoolGeometry& pool,
+                          const StepCostModel& cost);
+
+}  // namespace pdserve::scheduler
+
+#endif  // PDSERVE_SCHEDULER_SIMULATOR_H_
