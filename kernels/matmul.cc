@@ -11,24 +11,44 @@
 
 #include "kernels/matmul_internal.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace pdserve {
 namespace kernels_internal {
 namespace {
 
 enum class Level { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+uint64_t XGetBv() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+#endif
+
+// Reads CPUID directly (rather than __builtin_cpu_supports, whose libgcc
+// state is not reliably initialised when this library is linked statically
+// into a PIC program) and checks that the OS saves the wide registers.
 Level DetectLevel() {
 #if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512vnni")) {
-    return Level::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    return Level::kAvx2;
-  }
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return Level::kScalar;
+  const bool fma = ecx & (1u << 12), osxsave = ecx & (1u << 27),
+             avx = ecx & (1u << 28), f16c = ecx & (1u << 29);
+  if (!osxsave || !avx) return Level::kScalar;
+  const uint64_t xcr0 = XGetBv();
+  if ((xcr0 & 0x6) != 0x6) return Level::kScalar;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return Level::kScalar;
+  const bool avx2 = ebx & (1u << 5);
+  const bool avx512 = (ebx & (1u << 16)) && (ebx & (1u << 17)) &&  // F, DQ
+                      (ebx & (1u << 30)) && (ebx & (1u << 31)) &&  // BW, VL
+                      (ecx & (1u << 11)) &&                        // VNNI
+                      (xcr0 & 0xe0) == 0xe0;  // opmask + zmm state enabled
+  if (avx2 && fma && f16c && avx512) return Level::kAvx512;
+  if (avx2 && fma && f16c) return Level::kAvx2;
 #endif
   return Level::kScalar;
 }

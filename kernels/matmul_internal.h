@@ -23,7 +23,7 @@
 
 namespace pdserve::kernels_internal {
 
-inline bool IsQuantized(DType t) {
+constexpr bool IsQuantized(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
 }
 

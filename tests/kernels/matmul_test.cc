@@ -96,6 +96,17 @@ void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
   MatMulReference(w.view, x.data(), x_stride, n_tokens, ref.data(), y_stride);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = &x[t * x_stride];
+    // The activations as the quantized kernels see them (Q8 blocks).
+    std::vector<double> xhat(cols);
+    if (IsQuantized(type)) {
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        int8_t q[32];
+        float d;
+        int32_t sum;
+        kernels_internal::QuantizeActBlock(xt + b * 32, q, &d, &sum);
+        for (int j = 0; j < 32; ++j) xhat[b * 32 + j] = double{d} * q[j];
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       double abs_dot = 0.0;
       for (int64_t i = 0; i < cols; ++i) {
@@ -108,6 +119,14 @@ void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
       const float want = ref[t * y_stride + r];
       ASSERT_LE(std::fabs(static_cast<double>(got) - want), tol)
           << "t=" << t << " r=" << r << " got " << got << " want " << want;
+      if (IsQuantized(type)) {
+        // Against the exact product with the quantized activations, only f32
+        // rounding (scales, block sums) remains.
+        double exact = 0.0;
+        for (int64_t i = 0; i < cols; ++i) exact += w.deq[r * cols + i] * xhat[i];
+        ASSERT_LE(std::fabs(got - exact), 4e-6 * abs_dot + 1e-6)
+            << "t=" << t << " r=" << r << " got " << got << " want " << exact;
+      }
     }
     // Padding between rows of y is untouched.
     for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -1.0f);

@@ -1,0 +1,345 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) kernels. Compiled with its own -m flags and
+// only called after the dispatcher checked CPU support.
+//
+// Quantized weights work on pairs of 32-value blocks (one zmm of 64 int8):
+//   Q8_0: lanes hold [A0..31 | B0..31]; activations are stored +128 (u8) so
+//         vpdpbusd(x+128, w) works, and 128 * sum(w) is subtracted up front.
+//   Q4_x: nibbles unpack to [A0..15 | B0..15 | A16..31 | B16..31] (u8), the
+//         activations are stored in that order; Q4_0's "-8" is folded into a
+//         per-token correction (-8 * sum of x per int32 lane), Q4_1's "+m"
+//         into m * (d_x * sum x) accumulated per token lane.
+// Every int32 lane of a block pair is converted to f32, scaled by d_w * d_x
+// and accumulated in a per-(row, token) zmm, so each output's arithmetic is
+// the same whatever the tile shape around it.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/matmul_internal.h"
+
+namespace pdserve::kernels_internal {
+namespace {
+
+constexpr int kRowTile = 4;
+constexpr int kTokTile = 4;
+
+// ---- Prepared-activation layout -------------------------------------------
+
+struct Layout {
+  int64_t nb;          // blocks per row
+  int64_t np;          // block pairs per row (nb rounded up / 2)
+  int64_t tok_bytes;   // bytes per token
+  int64_t ntp;         // tokens rounded up to 16 (Q4_1 sum table stride)
+  int64_t sums_offset; // byte offset of the Q4_1 sum table (after tokens)
+};
+
+Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
+  Layout l;
+  l.nb = cols / 32;
+  l.np = (l.nb + 1) / 2;
+  l.tok_bytes = l.np * (type == DType::kQ4_0 ? 192 : 128);
+  l.ntp = (n_tokens + 15) / 16 * 16;
+  l.sums_offset = l.tok_bytes * n_tokens;
+  return l;
+}
+
+int64_t PreparedBytes(DType type, int64_t cols, int64_t n_tokens) {
+  const Layout l = MakeLayout(type, cols, n_tokens);
+  return l.sums_offset + (type == DType::kQ4_1 ? l.nb * l.ntp * 4 : 0);
+}
+
+void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
+             int64_t n_tokens, int64_t t_begin, int64_t t_end, uint8_t* xq) {
+  const Layout l = MakeLayout(type, cols, n_tokens);
+  auto* sums = reinterpret_cast<float*>(xq + l.sums_offset);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    uint8_t* q = xq + t * l.tok_bytes;
+    auto* scale = reinterpret_cast<float*>(q + l.np * 64);
+    auto* corr = reinterpret_cast<int32_t*>(q + l.np * 128);
+    for (int64_t p = 0; p < l.np; ++p) {
+      int8_t blk[2][32] = {};
+      float d[2] = {0.0f, 0.0f};
+      int32_t s[2] = {0, 0};
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = 2 * p + h;
+        if (b >= l.nb) break;
+        QuantizeActBlock(x + t * x_stride + b * 32, blk[h], &d[h], &s[h]);
+        if (type == DType::kQ4_1) sums[b * l.ntp + t] = d[h] * static_cast<float>(s[h]);
+      }
+      uint8_t* qp = q + p * 64;
+      float* sp = scale + p * 16;
+      if (type == DType::kQ8_0) {
+        for (int j = 0; j < 32; ++j) {
+          qp[j] = static_cast<uint8_t>(blk[0][j] + 128);
+          qp[32 + j] = static_cast<uint8_t>(blk[1][j] + 128);
+        }
+        for (int j = 0; j < 16; ++j) sp[j] = d[j / 8];
+        continue;
+      }
+      // [A0..15 | B0..15 | A16..31 | B16..31]
+      for (int j = 0; j < 16; ++j) {
+        qp[j] = static_cast<uint8_t>(blk[0][j]);
+        qp[16 + j] = static_cast<uint8_t>(blk[1][j]);
+        qp[32 + j] = static_cast<uint8_t>(blk[0][16 + j]);
+        qp[48 + j] = static_cast<uint8_t>(blk[1][16 + j]);
+      }
+      for (int j = 0; j < 16; ++j) sp[j] = d[(j / 4) % 2];
+      if (type == DType::kQ4_0) {
+        for (int lane = 0; lane < 16; ++lane) {
+          int32_t sum = 0;
+          for (int j = 0; j < 4; ++j) sum += static_cast<int8_t>(qp[4 * lane + j]);
+          corr[p * 16 + lane] = -8 * sum;
+        }
+      }
+    }
+  }
+}
+
+// ---- Quantized kernels -----------------------------------------------------
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// Loads the nibbles of blocks b (and b+1 when `pair`) as 64 u8 values in the
+// [A_lo | B_lo | A_hi | B_hi] order.
+inline __m512i LoadNibblePair(const uint8_t* qa, const uint8_t* qb, bool pair) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qa));
+  const __m128i b = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))
+                         : _mm_setzero_si128();
+  const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(raw, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+inline __m512 Q4PairScale(float da, float db) {
+  const __m512i idx =
+      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(da, db, 0, 0)));
+}
+
+template <DType kType, int R, int T>
+void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
+               const Layout& l, int64_t t0, float* y, int64_t y_stride) {
+  __m512 acc[R][T];
+  __m512 accm[R];
+  for (int r = 0; r < R; ++r) {
+    accm[r] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const uint8_t* xt[T];
+  for (int t = 0; t < T; ++t) xt[t] = xq + (t0 + t) * l.tok_bytes;
+  const float* sums = reinterpret_cast<const float*>(xq + l.sums_offset) + t0;
+  const __mmask16 tmask = static_cast<__mmask16>((1u << T) - 1);
+  const __m512i zero = _mm512_setzero_si512();
+
+  for (int64_t p = 0; p < l.np; ++p) {
+    const int64_t b = 2 * p;
+    const bool pair = b + 1 < l.nb;
+    __m512i xv[T];
+    __m512 xs[T];
+    __m512i xc[T];
+    for (int t = 0; t < T; ++t) {
+      xv[t] = _mm512_load_si512(xt[t] + p * 64);
+      xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) + p * 16);
+      if constexpr (kType == DType::kQ4_0) {
+        xc[t] = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
+      }
+    }
+    __m512 sa, sb;
+    if constexpr (kType == DType::kQ4_1) {
+      sa = _mm512_maskz_loadu_ps(tmask, sums + b * l.ntp);
+      sb = pair ? _mm512_maskz_loadu_ps(tmask, sums + (b + 1) * l.ntp)
+                : _mm512_setzero_ps();
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w.row(r0 + r);
+      __m512i wv;
+      __m512 ws;
+      __m512i wc = zero;
+      if constexpr (kType == DType::kQ8_0) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+        const __m256i c = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+                               : _mm256_setzero_si256();
+        wv = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+        const float da = Half(blk[0].d);
+        const float db = pair ? Half(blk[1].d) : 0.0f;
+        ws = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(da)),
+                                _mm256_set1_ps(db), 1);
+        // -(128 * sum of w) per lane cancels the +128 bias of x.
+        wc = _mm512_sub_epi32(
+            zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
+      } else if constexpr (kType == DType::kQ4_0) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        wv = LoadNibblePair(blk[0].qs, pair ? blk[1].qs : nullptr, pair);
+        ws = Q4PairScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.0f);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
+        wv = LoadNibblePair(blk[0].qs, pair ? blk[1].qs : nullptr, pair);
+        ws = Q4PairScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.0f);
+        accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(Half(blk[0].m)), sa, accm[r]);
+        if (pair) {
+          accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(Half(blk[1].m)), sb, accm[r]);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        __m512i dot;
+        if constexpr (kType == DType::kQ8_0) {
+          dot = _mm512_dpbusd_epi32(wc, xv[t], wv);
+        } else if constexpr (kType == DType::kQ4_0) {
+          dot = _mm512_dpbusd_epi32(xc[t], wv, xv[t]);
+        } else {
+          dot = _mm512_dpbusd_epi32(zero, wv, xv[t]);
+        }
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                    _mm512_mul_ps(ws, xs[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float m[16];
+    _mm512_store_ps(m, accm[r]);
+    for (int t = 0; t < T; ++t) {
+      float v = _mm512_reduce_add_ps(acc[r][t]);
+      if constexpr (kType == DType::kQ4_1) v += m[t];
+      y[(t0 + t) * y_stride + r0 + r] = v;
+    }
+  }
+}
+
+// ---- Float kernels -----------------------------------------------------------
+
+template <DType kType>
+inline __m512 LoadW(const uint8_t* row, int64_t i, __mmask16 mask) {
+  if constexpr (kType == DType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+        mask, reinterpret_cast<const uint16_t*>(row) + i));
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(
+        mask, reinterpret_cast<const uint16_t*>(row) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <DType kType, int R, int T>
+void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
+  const WeightView& w = *a.w;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const float* xt[T];
+  for (int t = 0; t < T; ++t) xt[t] = a.x + (t0 + t) * a.x_stride;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.row(r0 + r);
+  for (int64_t i = 0; i < w.cols; i += 16) {
+    const int64_t left = w.cols - i;
+    const __mmask16 mask =
+        left >= 16 ? static_cast<__mmask16>(0xffff)
+                   : static_cast<__mmask16>((1u << left) - 1);
+    __m512 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xt[t] + i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = LoadW<kType>(rows[r], i, mask);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      a.y[(t0 + t) * a.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+    }
+  }
+}
+
+// ---- Tile dispatch -----------------------------------------------------------
+
+template <DType kType, int R, int T>
+void Tile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
+  if constexpr (kType == DType::kF32 || kType == DType::kF16 ||
+                kType == DType::kBF16) {
+    FloatTile<kType, R, T>(a, r0, t0);
+  } else {
+    QuantTile<kType, R, T>(*a.w, r0, a.xq, l, t0, a.y, a.y_stride);
+  }
+}
+
+using TileFn = void (*)(const MatMulArgs&, const Layout&, int64_t, int64_t);
+
+template <DType kType, int R, int... Ts>
+constexpr auto TileRow(std::integer_sequence<int, Ts...>) {
+  return std::array<TileFn, sizeof...(Ts)>{&Tile<kType, R, Ts + 1>...};
+}
+
+template <DType kType, int... Rs>
+constexpr auto TileTable(std::integer_sequence<int, Rs...>) {
+  return std::array<std::array<TileFn, kTokTile>, sizeof...(Rs)>{
+      TileRow<kType, Rs + 1>(std::make_integer_sequence<int, kTokTile>())...};
+}
+
+template <DType kType>
+void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
+  static constexpr auto kTable =
+      TileTable<kType>(std::make_integer_sequence<int, kRowTile>());
+  const Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
+    const int64_t nr = std::min<int64_t>(kRowTile, row_end - r0);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {
+      const int64_t nt = std::min<int64_t>(kTokTile, a.n_tokens - t0);
+      kTable[nr - 1][nt - 1](a, l, r0, t0);
+    }
+  }
+}
+
+void Rows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
+  switch (a.w->type) {
+    case DType::kF32: return RowsTyped<DType::kF32>(a, row_begin, row_end);
+    case DType::kF16: return RowsTyped<DType::kF16>(a, row_begin, row_end);
+    case DType::kBF16: return RowsTyped<DType::kBF16>(a, row_begin, row_end);
+    case DType::kQ8_0: return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
+    case DType::kQ4_0: return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
+    case DType::kQ4_1: return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff)
+                                    : static_cast<__mmask16>((1u << (n - i)) - 1);
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i),
+                           _mm512_maskz_loadu_ps(m, b + i), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+void Axpy(float alpha, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(alpha);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff)
+                                    : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
+    _mm512_mask_storeu_ps(y + i, m,
+                          _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), yv));
+  }
+}
+
+}  // namespace
+
+const IsaKernels& Avx512Kernels() {
+  static const IsaKernels k{"avx512", kRowTile, &PreparedBytes, &Prepare,
+                            &Rows,    &Dot,     &Axpy};
+  return k;
+}
+
+}  // namespace pdserve::kernels_internal
