@@ -23,6 +23,7 @@
 #include "server/metrics/frontend_metrics.h"
 #include "server/metrics/metric_names.h"
 #include "server/metrics/metrics_server.h"
+#include "server/metrics/process_metrics.h"
 #include "server/metrics/scheduler_metrics.h"
 
 namespace pdserve::metrics {
@@ -417,6 +418,30 @@ TEST(MetricsServerStartTest, TwoServersAndABusyPort) {
   EXPECT_EQ(busy.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(busy.status().message(),
               HasSubstr(absl::StrCat("127.0.0.1:", (*a)->port())));
+}
+
+TEST(ProcessMetricsTest, EngineProbesPeakWhenNoneConfigured) {
+  auto probed = StartEngineMetrics({.port = 0, .vllm_compat = true,
+                                    .model_name = "m", .probe_threads = 1});
+  ASSERT_TRUE(probed.ok()) << probed.status();
+  EXPECT_GT(probed->metrics->peak_bandwidth_bytes_per_second(), 1e8);
+  const auto m = ParseSamples(HttpGet(probed->server->port(), "/metrics"));
+  EXPECT_GT(m.at("pdserve_engine_peak_memory_bandwidth_bytes_per_second{"
+                 "source=\"probe\"}"),
+            1e8);
+  EXPECT_EQ(m.at("vllm:kv_cache_usage_perc{model_name=\"m\"}"), 0);
+
+  auto configured = StartEngineMetrics({.port = 0,
+                                        .peak_memory_bandwidth = 4.8e12});
+  ASSERT_TRUE(configured.ok()) << configured.status();
+  EXPECT_EQ(configured->metrics->peak_bandwidth_bytes_per_second(), 4.8e12);
+  auto sched = StartSchedulerMetrics({.port = 0});
+  auto fe = StartFrontendMetrics({.port = 0});
+  ASSERT_TRUE(sched.ok() && fe.ok());
+  EXPECT_THAT(HttpGet(fe->server->port(), "/metrics"),
+              HasSubstr("pdserve_ready{process=\"frontend\"} 0"));
+  auto busy = StartSchedulerMetrics({.port = fe->server->port()});
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(MetricsServerStartTest, RejectsBadOptions) {

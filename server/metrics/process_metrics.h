@@ -1,0 +1,67 @@
+// One-call wiring of a process's /metrics endpoint and metric set, for the
+// process shells (`pdserve engine|scheduler|frontend|serve`). Each Start*
+// binds the metrics port, registers the set and returns both; keep the
+// returned struct alive for the life of the process.
+//
+// Command-line flags every serving subcommand should map onto
+// ProcessMetricsFlags (the deploy/ manifests use these names):
+//   --metrics-host HOST        default 127.0.0.1 (0.0.0.0 in containers)
+//   --metrics-port N           default per process; 0 = any free port
+//   --vllm-metrics             also export the vllm:* compatibility gauges
+//   --model-name NAME          `model_name` label of the vllm:* gauges
+//   --peak-memory-bandwidth B  engine: device peak in bytes/s; 0 = measure
+//                              at start with the host copy probe
+#ifndef PDSERVE_SERVER_METRICS_PROCESS_METRICS_H_
+#define PDSERVE_SERVER_METRICS_PROCESS_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/metrics/engine_metrics.h"
+#include "server/metrics/frontend_metrics.h"
+#include "server/metrics/metrics_server.h"
+#include "server/metrics/scheduler_metrics.h"
+
+namespace pdserve::metrics {
+
+struct ProcessMetricsFlags {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  bool vllm_compat = false;
+  std::string model_name = "pdserve";
+  // Engine only: bytes/s; 0 = run MeasureHostCopyBandwidth at start.
+  double peak_memory_bandwidth = 0.0;
+  // Engine only: threads for the copy probe (the engine's thread count).
+  int probe_threads = 1;
+};
+
+struct EngineMetricsHandle {
+  std::unique_ptr<MetricsServer> server;
+  std::unique_ptr<EngineMetrics> metrics;
+};
+struct SchedulerMetricsHandle {
+  std::unique_ptr<MetricsServer> server;
+  std::unique_ptr<SchedulerMetrics> metrics;
+};
+struct FrontendMetricsHandle {
+  std::unique_ptr<MetricsServer> server;
+  std::unique_ptr<FrontendMetrics> metrics;
+};
+
+// Starts the engine's endpoint (process="engine"). With no configured peak it
+// runs the copy probe first (about 0.5 s for a 256 MiB buffer) and labels the
+// peak source "probe". Errors: those of MetricsServer::Start, the probe, or
+// EngineMetrics::Create.
+absl::StatusOr<EngineMetricsHandle> StartEngineMetrics(
+    const ProcessMetricsFlags& flags);
+
+absl::StatusOr<SchedulerMetricsHandle> StartSchedulerMetrics(
+    const ProcessMetricsFlags& flags);
+
+absl::StatusOr<FrontendMetricsHandle> StartFrontendMetrics(
+    const ProcessMetricsFlags& flags);
+
+}  // namespace pdserve::metrics
+
+#endif  // PDSERVE_SERVER_METRICS_PROCESS_METRICS_H_
