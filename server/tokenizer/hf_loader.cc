@@ -1,0 +1,257 @@
+// Hugging Face tokenizer.json and llama2.c tokenizer.bin loading.
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/tokenizer/loaders.h"
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Dump(const Json& j) {
+  std::string s = j.dump();
+  return s.size() > 200 ? s.substr(0, 200) + "..." : s;
+}
+
+bool IsByteLevel(const Json& j, bool use_regex) {
+  return j.is_object() && j.value("type", "") == "ByteLevel" &&
+         j.value("use_regex", true) == use_regex &&
+         !j.value("add_prefix_space", false);
+}
+
+// Recognises the pre-tokenizers we implement; Unimplemented otherwise.
+absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Json& pre) {
+  if (IsByteLevel(pre, true)) return PreTokenizerKind::kGpt2;
+  if (pre.is_object() && pre.value("type", "") == "Sequence" &&
+      pre.contains("pretokenizers") && pre["pretokenizers"].size() == 2) {
+    const Json& a = pre["pretokenizers"][0];
+    const Json& b = pre["pretokenizers"][1];
+    if (a.value("type", "") == "Digits" && a.value("individual_digits", false) &&
+        IsByteLevel(b, true)) {
+      return PreTokenizerKind::kSmolLM;
+    }
+    if (a.value("type", "") == "Split" && IsByteLevel(b, false) &&
+        a.value("behavior", "") == "Isolated" && !a.value("invert", false) &&
+        a.contains("pattern") && a["pattern"].contains("Regex")) {
+      const std::string regex = a["pattern"]["Regex"].get<std::string>();
+      for (PreTokenizerKind k : {PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
+                                 PreTokenizerKind::kGpt2}) {
+        if (regex == PreTokenizerRegex(k)) return k;
+      }
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported pre-tokenizer regex ", regex));
+    }
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("unsupported pre_tokenizer ", Dump(pre)));
+}
+
+// A token given as "text" or {"content": "text", ...}.
+std::string TokenText(const Json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) {
+    return j["content"].get<std::string>();
+  }
+  return "";
+}
+
+absl::Status ApplyConfig(const Json& cfg, VocabSpec* spec) {
+  if (cfg.contains("chat_template")) {
+    const Json& t = cfg["chat_template"];
+    if (t.is_string()) {
+      spec->chat_template = t.get<std::string>();
+    } else if (t.is_array()) {  // [{"name": "default", "template": "..."}]
+      for (const Json& e : t) {
+        if (e.value("name", "") == "default") {
+          spec->chat_template = e.value("template", "");
+        }
+      }
+    }
+  }
+  auto find = [&](const std::string& text) -> int32_t {
+    if (text.empty()) return -1;
+    for (size_t id = 0; id < spec->tokens.size(); ++id) {
+      if (spec->tokens[id] == text && spec->types[id] != TokenType::kNormal) {
+        return static_cast<int32_t>(id);
+      }
+    }
+    return -1;
+  };
+  if (cfg.contains("bos_token")) spec->bos = find(TokenText(cfg["bos_token"]));
+  if (cfg.contains("eos_token")) spec->eos = find(TokenText(cfg["eos_token"]));
+  if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
+    spec->add_bos = cfg["add_bos_token"].get<bool>();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
+                                          std::string_view config_json) {
+  Json doc = Json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr,
+                         /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
+  }
+  const Json& model = doc["model"];
+  if (!model.is_object() || model.value("type", "") != "BPE") {
+    return absl::UnimplementedError(absl::StrCat(
+        "tokenizer.json model type ", Dump(model.is_object() ? model.value("type", Json()) : model),
+        " is not supported (supported: BPE)"));
+  }
+  if (model.value("byte_fallback", false)) {
+    return absl::UnimplementedError(
+        "tokenizer.json BPE with byte_fallback (SentencePiece-style) is not "
+        "supported; use the model's GGUF file");
+  }
+  VocabSpec spec;
+  spec.model = VocabModel::kByteLevelBpe;
+  const Json& norm = doc["normalizer"];
+  if (norm.is_object() && norm.value("type", "") == "NFC") {
+    spec.nfc = true;
+  } else if (!norm.is_null()) {
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported normalizer ", Dump(norm)));
+  }
+  auto pre = PreTokenizerOf(doc["pre_tokenizer"]);
+  if (!pre.ok()) return pre.status();
+  spec.pre = *pre;
+  spec.ignore_merges = model.value("ignore_merges", false);
+
+  const Json& vocab = model["vocab"];
+  if (!vocab.is_object()) {
+    return absl::InvalidArgumentError("tokenizer.json model.vocab is not an object");
+  }
+  int64_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+  }
+  const Json& added = doc["added_tokens"];
+  if (added.is_array()) {
+    for (const Json& a : added) max_id = std::max<int64_t>(max_id, a.value("id", -1));
+  }
+  if (max_id < 0 || max_id >= (1 << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json has token ids up to ", max_id));
+  }
+  spec.tokens.assign(max_id + 1, "");
+  spec.types.assign(max_id + 1, TokenType::kUnused);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0) return absl::InvalidArgumentError("negative token id in vocab");
+    spec.tokens[id] = it.key();
+    spec.types[id] = TokenType::kNormal;
+  }
+  if (added.is_array()) {
+    for (const Json& a : added) {
+      const int64_t id = a.value("id", -1);
+      if (id < 0) continue;
+      spec.tokens[id] = a.value("content", "");
+      spec.types[id] =
+          a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+    }
+  }
+  const Json& merges = model["merges"];
+  if (!merges.is_array()) {
+    return absl::InvalidArgumentError("tokenizer.json model.merges is not an array");
+  }
+  spec.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& m = merges[i];
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ', 1);
+      if (sp == std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("merge ", i, " ('", s, "') has no space separator"));
+      }
+      spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
+               m[1].is_string()) {
+      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge ", i, " is malformed: ", Dump(m)));
+    }
+  }
+  if (!config_json.empty()) {
+    Json cfg = Json::parse(config_json.begin(), config_json.end(), nullptr, false);
+    if (cfg.is_discarded() || !cfg.is_object()) {
+      return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
+    }
+    if (absl::Status s = ApplyConfig(cfg, &spec); !s.ok()) return s;
+  }
+  return spec;
+}
+
+absl::StatusOr<VocabSpec> VocabFromLlama2c(std::string_view bytes) {
+  VocabSpec spec;
+  spec.model = VocabModel::kSentencePiece;
+  if (bytes.size() < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama2.c tokenizer of ", bytes.size(), " bytes has no header"));
+  }
+  int32_t max_len;
+  std::memcpy(&max_len, bytes.data(), 4);
+  if (max_len <= 0 || max_len > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("llama2.c tokenizer max_token_length ", max_len, " is invalid"));
+  }
+  size_t pos = 4;
+  while (pos < bytes.size()) {
+    if (bytes.size() - pos < 8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "llama2.c tokenizer truncated at byte offset ", pos, " (token ",
+          spec.tokens.size(), ")"));
+    }
+    float score;
+    int32_t len;
+    std::memcpy(&score, bytes.data() + pos, 4);
+    std::memcpy(&len, bytes.data() + pos + 4, 4);
+    pos += 8;
+    if (len < 0 || len > max_len || static_cast<size_t>(len) > bytes.size() - pos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "llama2.c token ", spec.tokens.size(), " at byte offset ", pos - 4,
+          " has length ", len, " (max ", max_len, ", ", bytes.size() - pos,
+          " bytes left)"));
+    }
+    std::string piece(bytes.substr(pos, len));
+    pos += len;
+    TokenType type = TokenType::kNormal;
+    const size_t id = spec.tokens.size();
+    if (piece == "\n<s>\n") {
+      piece = "<s>";
+      type = TokenType::kControl;
+      spec.bos = static_cast<int32_t>(id);
+    } else if (piece == "\n</s>\n") {
+      piece = "</s>";
+      type = TokenType::kControl;
+      spec.eos = static_cast<int32_t>(id);
+    } else if (piece == "<unk>") {
+      type = TokenType::kUnknown;
+      spec.unk = static_cast<int32_t>(id);
+    } else {
+      // llama2.c stores SentencePiece's "▁" as a plain space.
+      std::string marked;
+      for (char c : piece) {
+        if (c == ' ') marked += "\xE2\x96\x81"; else marked.push_back(c);
+      }
+      piece = std::move(marked);
+    }
+    spec.tokens.push_back(std::move(piece));
+    spec.types.push_back(type);
+    spec.scores.push_back(score);
+  }
+  if (spec.tokens.empty()) {
+    return absl::InvalidArgumentError("llama2.c tokenizer holds no tokens");
+  }
+  spec.add_bos = true;
+  spec.add_space_prefix = true;
+  return spec;
+}
+
+}  // namespace pdserve
