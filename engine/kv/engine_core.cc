@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -32,15 +31,6 @@ int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// log p(token) under softmax(logits).
-float LogProb(absl::Span<const float> logits, int32_t token) {
-  float max = logits[0];
-  for (float v : logits) max = std::max(max, v);
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v - max));
-  return static_cast<float>(logits[token] - max - std::log(sum));
 }
 
 }  // namespace
@@ -85,6 +75,7 @@ class EngineCore::Impl {
     spans_.reserve(static_cast<size_t>(max_rows_));
     span_seq_.reserve(static_cast<size_t>(max_rows_));
     if (!options_.now_ns) options_.now_ns = SteadyNowNs;
+    scratch_.Reserve(static_cast<int32_t>(vocab_));
   }
 
   absl::Status Init() {
@@ -109,7 +100,8 @@ class EngineCore::Impl {
 
  private:
   absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
-  void SampleInto(EngineSequence& seq, int64_t row, SequenceStepResult& out);
+  absl::Status SampleInto(EngineSequence& seq, int64_t row,
+                          SequenceStepResult& out);
   void Finish(EngineSequence& seq, FinishReason reason);
 
   std::shared_ptr<const ModelWeights> weights_;
@@ -120,6 +112,7 @@ class EngineCore::Impl {
   const int64_t vocab_;
   const int64_t max_rows_;  // logits rows: spans in one step
   std::unique_ptr<float[]> logits_;
+  SamplerScratch scratch_;
   absl::flat_hash_map<SequenceId, std::unique_ptr<EngineSequence>> seqs_;
   // Step staging, capacity fixed at construction.
   std::vector<SequenceSpan> spans_;
@@ -191,6 +184,7 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->tokens.assign(prompt.begin(), prompt.end());
   seq->prompt_len = static_cast<int64_t>(prompt.size());
   seq->sampler = std::move(*sampler);
+  seq->sampler->AddPrompt(prompt);
   seq->stop_ids.assign(stop_token_ids.begin(), stop_token_ids.end());
   seq->max_new_tokens = max_new_tokens;
   seqs_.emplace(id, std::move(seq));
@@ -309,7 +303,11 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     out.tokens_processed = static_cast<int32_t>(n);
     out.next_pos = seq.state.next_pos();
     result->tokens_processed += n;
-    if (seq.available() == 0) SampleInto(seq, span_index, out);
+    if (seq.available() == 0) {
+      if (absl::Status s = SampleInto(seq, span_index, out); !s.ok()) {
+        return s;
+      }
+    }
     ++span_index;
   }
   const int64_t t3 = options_.now_ns();
@@ -324,28 +322,28 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   return absl::OkStatus();
 }
 
-void EngineCore::Impl::SampleInto(EngineSequence& seq, int64_t row,
-                                  SequenceStepResult& out) {
-  absl::Span<float> logits =
-      absl::MakeSpan(logits_.get() + row * vocab_, vocab_);
-  out.logprob = 0.0f;
-  const int32_t token = seq.sampler->Sample(logits, seq.tokens);
-  out.logprob = LogProb(logits, token);
+absl::Status EngineCore::Impl::SampleInto(EngineSequence& seq, int64_t row,
+                                          SequenceStepResult& out) {
+  absl::StatusOr<SampledToken> sampled = seq.sampler->Sample(
+      absl::MakeConstSpan(logits_.get() + row * vocab_, vocab_), &scratch_);
+  if (!sampled.ok()) return sampled.status();
+  const int32_t token = sampled->token;
   out.has_token = true;
   out.token = token;
+  out.logprob = sampled->logprob;
   seq.tokens.push_back(token);
   ++seq.generated;
   if (std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=
       seq.stop_ids.end()) {
     Finish(seq, FinishReason::kStop);
   } else if (seq.generated >= seq.max_new_tokens ||
-             !CheckDecodeCapacity(seq.state.next_pos(), seq.state.capacity())
-                  .ok()) {
-    // The token cannot be fed back: a decode step would run at full
-    // capacity.
+             seq.state.full()) {
+    // Full: the token cannot be fed back, a decode step would run at
+    // position == max_seq_len (CheckDecodeCapacity).
     Finish(seq, FinishReason::kLength);
   }
   out.finish = seq.finish;
+  return absl::OkStatus();
 }
 
 void EngineCore::Impl::Finish(EngineSequence& seq, FinishReason reason) {

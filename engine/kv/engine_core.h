@@ -76,8 +76,9 @@ struct SequenceStepResult {
   int32_t tokens_processed = 0;  // tokens written to the KV cache this step
   bool has_token = false;        // a new token was sampled
   int32_t token = -1;            // valid when has_token
-  float logprob = 0.0f;          // log p(token) under the sampling
-                                 // distribution's base (softmax of logits)
+  float logprob = 0.0f;          // log p(token) under the model's
+                                 // distribution (log-softmax of the raw
+                                 // logits, before penalties/temperature)
   FinishReason finish = FinishReason::kNone;
   int64_t next_pos = 0;          // positions now valid in its mask
 };

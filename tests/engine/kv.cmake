@@ -7,3 +7,11 @@ if(TARGET pdserve_kv)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_test.cc
     LIBS pdserve_kv)
 endif()
+if(TARGET pdserve_kv AND TARGET pdserve_model AND TARGET pdserve_loader)
+  pdserve_add_test(NAME engine_core_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_test.cc
+    LIBS pdserve_kv pdserve_loader)
+  pdserve_add_test(NAME engine_core_alloc_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_alloc_test.cc
+    LIBS pdserve_kv)
+endif()
