@@ -35,6 +35,9 @@ struct ModelWeights {
   ModelConfig config;
   std::string source_path;       // file or folder it was loaded from
   std::string source_format;     // "gguf", "safetensors", "llama2c"
+  // tokenizer.json next to a safetensors model; empty otherwise (a GGUF file
+  // carries its vocabulary; llama2.c needs a separate tokenizer file).
+  std::string tokenizer_path;
   WeightView token_embedding;    // [vocab_size][hidden_size]
   std::vector<LayerWeights> layers;
   const float* output_norm = nullptr;  // [hidden_size]
@@ -43,7 +46,8 @@ struct ModelWeights {
   // Opaque owners of the memory the views point into.
   std::vector<std::shared_ptr<const void>> storage;
 
-  // Total bytes of all weight matrices and vectors (for bandwidth metrics).
+  // Total bytes of all weight matrices (as stored) and norm vectors (f32),
+  // the tied embedding counted once (for bandwidth metrics).
   int64_t weight_bytes = 0;
 };
 

@@ -5,3 +5,8 @@ if(TARGET pdserve_formats)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_gguf_test.cc
     LIBS pdserve_formats)
 endif()
+if(TARGET pdserve_loader)
+  pdserve_add_test(NAME loader_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/loader_test.cc
+    LIBS pdserve_loader)
+endif()

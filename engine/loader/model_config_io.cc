@@ -1,0 +1,323 @@
+#include "engine/loader/model_config_io.h"
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+absl::Status CheckRange(const std::string& source, const char* field,
+                        int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", field, " = ", value, " is out of range ", lo, "..", hi));
+  }
+  return absl::OkStatus();
+}
+
+// GGUF helpers: `<arch>.<suffix>` with an optional default.
+absl::StatusOr<int64_t> ArchInt(const GgufFile& f, const std::string& arch,
+                                const char* suffix) {
+  return f.GetInt(absl::StrCat(arch, ".", suffix));
+}
+
+absl::StatusOr<int64_t> ArchIntOr(const GgufFile& f, const std::string& arch,
+                                  const char* suffix, int64_t fallback) {
+  const std::string key = absl::StrCat(arch, ".", suffix);
+  if (f.Find(key) == nullptr) return fallback;
+  return f.GetInt(key);
+}
+
+absl::StatusOr<double> ArchFloatOr(const GgufFile& f, const std::string& arch,
+                                   const char* suffix, double fallback) {
+  const std::string key = absl::StrCat(arch, ".", suffix);
+  if (f.Find(key) == nullptr) return fallback;
+  return f.GetFloat(key);
+}
+
+std::string Basename(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  std::string base = slash == std::string::npos ? p : p.substr(slash + 1);
+  const size_t dot = base.rfind('.');
+  return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+}
+
+absl::StatusOr<int64_t> GgufVocabSize(const GgufFile& f,
+                                      const std::string& arch) {
+  if (f.Find("tokenizer.ggml.tokens") != nullptr) {
+    absl::StatusOr<const std::vector<std::string>*> tokens =
+        f.GetStringArray("tokenizer.ggml.tokens");
+    if (!tokens.ok()) return tokens.status();
+    return static_cast<int64_t>((*tokens)->size());
+  }
+  if (f.Find(arch + ".vocab_size") != nullptr) {
+    return f.GetInt(arch + ".vocab_size");
+  }
+  if (const GgufTensorInfo* t = f.FindTensor("token_embd.weight");
+      t != nullptr && t->dims.size() == 2) {
+    return t->dims[1];
+  }
+  return absl::NotFoundError(absl::StrCat(
+      f.path(), ": no vocabulary size: neither tokenizer.ggml.tokens, ", arch,
+      ".vocab_size nor a 2-D token_embd.weight"));
+}
+
+}  // namespace
+
+#define PDSERVE_ASSIGN(lhs, expr)     \
+  do {                                \
+    auto _v = (expr);                 \
+    if (!_v.ok()) return _v.status(); \
+    lhs = *_v;                        \
+  } while (0)
+
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
+  ModelConfig c;
+  absl::StatusOr<std::string> arch = f.GetString("general.architecture");
+  if (!arch.ok()) return arch.status();
+  if (*arch == "llama") {
+    c.arch = Architecture::kLlama;
+    c.rope_style = RopeStyle::kInterleaved;
+  } else if (*arch == "qwen3") {
+    c.arch = Architecture::kQwen3;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = true;
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": GGUF architecture '", *arch,
+                     "' is not supported (supported: llama, qwen3)"));
+  }
+  const std::string& a = *arch;
+  c.name = f.Find("general.name") != nullptr ? *f.GetString("general.name")
+                                             : Basename(f.path());
+  PDSERVE_ASSIGN(c.num_layers, ArchInt(f, a, "block_count"));
+  PDSERVE_ASSIGN(c.hidden_size, ArchInt(f, a, "embedding_length"));
+  PDSERVE_ASSIGN(c.intermediate_size, ArchInt(f, a, "feed_forward_length"));
+  PDSERVE_ASSIGN(c.num_heads, ArchInt(f, a, "attention.head_count"));
+  PDSERVE_ASSIGN(c.num_kv_heads,
+                 ArchIntOr(f, a, "attention.head_count_kv", c.num_heads));
+  if (c.num_heads <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": ", a, ".attention.head_count = ", c.num_heads));
+  }
+  PDSERVE_ASSIGN(c.head_dim, ArchIntOr(f, a, "attention.key_length",
+                                       c.hidden_size / c.num_heads));
+  PDSERVE_ASSIGN(c.rope_dims,
+                 ArchIntOr(f, a, "rope.dimension_count", c.head_dim));
+  double theta, eps;
+  PDSERVE_ASSIGN(theta, ArchFloatOr(f, a, "rope.freq_base", 10000.0));
+  PDSERVE_ASSIGN(eps,
+                 ArchFloatOr(f, a, "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_theta = static_cast<float>(theta);
+  c.rms_norm_eps = static_cast<float>(eps);
+  PDSERVE_ASSIGN(c.max_context, ArchIntOr(f, a, "context_length", 2048));
+  PDSERVE_ASSIGN(c.vocab_size, GgufVocabSize(f, a));
+  if (f.Find("tokenizer.ggml.bos_token_id") != nullptr) {
+    PDSERVE_ASSIGN(c.bos_token_id, f.GetInt("tokenizer.ggml.bos_token_id"));
+  }
+  if (f.Find("tokenizer.ggml.eos_token_id") != nullptr) {
+    PDSERVE_ASSIGN(c.eos_token_id, f.GetInt("tokenizer.ggml.eos_token_id"));
+  }
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (absl::Status s = ValidateModelConfig(c, f.path()); !s.ok()) return s;
+  return c;
+}
+
+namespace {
+
+// Reads an integer field; `fallback` < 0 means required.
+absl::StatusOr<int64_t> JsonInt(const json& j, const std::string& source,
+                                const char* key, int64_t fallback = -1) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback >= 0) return fallback;
+    return absl::NotFoundError(
+        absl::StrCat(source, ": required field \"", key, "\" is missing"));
+  }
+  if (!j[key].is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": field \"", key, "\" must be an integer, found ",
+                     j[key].dump()));
+  }
+  return j[key].get<int64_t>();
+}
+
+absl::StatusOr<double> JsonFloat(const json& j, const std::string& source,
+                                 const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": field \"", key, "\" must be a number, found ",
+                     j[key].dump()));
+  }
+  return j[key].get<double>();
+}
+
+// bos/eos ids: an integer, a list (first element) or absent (-1).
+int32_t JsonTokenId(const json& j, const char* key) {
+  if (!j.contains(key)) return -1;
+  const json& v = j[key];
+  if (v.is_number_integer()) return v.get<int32_t>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) {
+    return v[0].get<int32_t>();
+  }
+  return -1;
+}
+
+absl::StatusOr<Architecture> HfArchitecture(const json& j,
+                                            const std::string& source) {
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() &&
+      !j["architectures"].empty() && j["architectures"][0].is_string()) {
+    arch = j["architectures"][0].get<std::string>();
+  } else if (j.contains("model_type") && j["model_type"].is_string()) {
+    arch = j["model_type"].get<std::string>();
+  }
+  if (arch == "LlamaForCausalLM" || arch == "llama")
+    return Architecture::kLlama;
+  if (arch == "Qwen3ForCausalLM" || arch == "qwen3")
+    return Architecture::kQwen3;
+  return absl::UnimplementedError(absl::StrCat(
+      source, ": architecture '", arch, "' is not supported (supported: ",
+      "LlamaForCausalLM, Qwen3ForCausalLM)"));
+}
+
+// Features of the config we do not implement are errors, not silent drift.
+absl::Status CheckHfUnsupported(const json& j, const std::string& source) {
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    return absl::UnimplementedError(absl::StrCat(source, ": rope_scaling ",
+                                                 j["rope_scaling"].dump(),
+                                                 " is not supported"));
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) {
+      return absl::UnimplementedError(
+          absl::StrCat(source, ": ", key, " = true is not supported"));
+    }
+  }
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
+    return absl::UnimplementedError(
+        absl::StrCat(source, ": hidden_act ", j["hidden_act"].dump(),
+                     " is not supported (silu only)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
+                                             const std::string& source,
+                                             const std::string& name) {
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": config must be a JSON object"));
+  }
+  ModelConfig c;
+  PDSERVE_ASSIGN(c.arch, HfArchitecture(j, source));
+  if (absl::Status s = CheckHfUnsupported(j, source); !s.ok()) return s;
+  c.name = name;
+  c.rope_style = RopeStyle::kNeox;
+  c.qk_norm = c.arch == Architecture::kQwen3;
+  PDSERVE_ASSIGN(c.vocab_size, JsonInt(j, source, "vocab_size"));
+  PDSERVE_ASSIGN(c.hidden_size, JsonInt(j, source, "hidden_size"));
+  PDSERVE_ASSIGN(c.intermediate_size, JsonInt(j, source, "intermediate_size"));
+  PDSERVE_ASSIGN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
+  PDSERVE_ASSIGN(c.num_heads, JsonInt(j, source, "num_attention_heads"));
+  PDSERVE_ASSIGN(c.num_kv_heads,
+                 JsonInt(j, source, "num_key_value_heads", c.num_heads));
+  if (c.num_heads <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": num_attention_heads = ", c.num_heads));
+  }
+  PDSERVE_ASSIGN(c.head_dim,
+                 JsonInt(j, source, "head_dim", c.hidden_size / c.num_heads));
+  double partial, theta, eps;
+  PDSERVE_ASSIGN(partial, JsonFloat(j, source, "partial_rotary_factor", 1.0));
+  c.rope_dims = static_cast<int64_t>(c.head_dim * partial);
+  PDSERVE_ASSIGN(theta, JsonFloat(j, source, "rope_theta", 10000.0));
+  PDSERVE_ASSIGN(eps, JsonFloat(j, source, "rms_norm_eps", 1e-6));
+  c.rope_theta = static_cast<float>(theta);
+  c.rms_norm_eps = static_cast<float>(eps);
+  PDSERVE_ASSIGN(c.max_context,
+                 JsonInt(j, source, "max_position_embeddings", 2048));
+  c.tied_embeddings = j.contains("tie_word_embeddings") &&
+                      j["tie_word_embeddings"].is_boolean() &&
+                      j["tie_word_embeddings"].get<bool>();
+  c.bos_token_id = JsonTokenId(j, "bos_token_id");
+  c.eos_token_id = JsonTokenId(j, "eos_token_id");
+  if (absl::Status s = ValidateModelConfig(c, source); !s.ok()) return s;
+  return c;
+}
+
+#undef PDSERVE_ASSIGN
+
+ModelConfig ConfigFromLlama2c(const Llama2cHeader& h, const std::string& name) {
+  ModelConfig c;
+  c.arch = Architecture::kLlama;
+  c.name = name;
+  c.vocab_size = h.vocab_size;
+  c.hidden_size = h.dim;
+  c.intermediate_size = h.hidden_dim;
+  c.num_layers = h.n_layers;
+  c.num_heads = h.n_heads;
+  c.num_kv_heads = h.n_kv_heads;
+  c.head_dim = h.head_size();
+  c.rope_dims = c.head_dim;
+  c.rope_theta = 10000.0f;
+  c.rope_style = RopeStyle::kInterleaved;
+  c.rms_norm_eps = 1e-5f;
+  c.max_context = h.seq_len;
+  c.tied_embeddings = h.shared_classifier;
+  c.bos_token_id = 1;
+  c.eos_token_id = 2;
+  return c;
+}
+
+absl::Status ValidateModelConfig(const ModelConfig& c,
+                                 const std::string& source) {
+  struct Field {
+    const char* name;
+    int64_t value, lo, hi;
+  };
+  const Field fields[] = {
+      {"vocab_size", c.vocab_size, 1, kMaxVocab},
+      {"hidden_size", c.hidden_size, 1, kMaxWidth},
+      {"intermediate_size", c.intermediate_size, 1, kMaxWidth},
+      {"num_layers", c.num_layers, 1, kMaxLayers},
+      {"num_heads", c.num_heads, 1, 4096},
+      {"num_kv_heads", c.num_kv_heads, 1, c.num_heads},
+      {"head_dim", c.head_dim, 2, 4096},
+      {"rope_dims", c.rope_dims, 2, c.head_dim},
+      {"max_context", c.max_context, 1, int64_t{1} << 24},
+  };
+  for (const Field& f : fields) {
+    if (absl::Status s = CheckRange(source, f.name, f.value, f.lo, f.hi);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (c.num_heads % c.num_kv_heads != 0 || c.rope_dims % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": num_heads ", c.num_heads,
+                     " must be a multiple of ", "num_kv_heads ", c.num_kv_heads,
+                     " and rope_dims ", c.rope_dims, " must be even"));
+  }
+  if (!(c.rope_theta > 0) || !(c.rms_norm_eps > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": rope_theta ", c.rope_theta, " and rms_norm_eps ",
+        c.rms_norm_eps, " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

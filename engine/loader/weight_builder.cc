@@ -1,0 +1,167 @@
+#include "engine/loader/weight_builder.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pdserve {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Alignment a kernel may assume for the element type.
+uintptr_t TypeAlignment(DType type) { return type == DType::kF32 ? 4 : 2; }
+
+class Builder {
+ public:
+  Builder(const TensorSource& source, ModelWeights& w) : src_(source), w_(w) {}
+
+  absl::StatusOr<RawTensor> Fetch(WeightKind kind, int64_t layer,
+                                  std::vector<int64_t> expected,
+                                  const char* what) {
+    absl::StatusOr<RawTensor> t = src_.Get(kind, layer);
+    if (!t.ok()) return t.status();
+    if (t->shape != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src_.path(), ": tensor '", t->name, "' has shape ",
+          ShapeString(t->shape), ", expected ", ShapeString(expected), " (",
+          what, ") from the model config"));
+    }
+    return t;
+  }
+
+  absl::StatusOr<WeightView> Matrix(WeightKind kind, int64_t layer,
+                                    int64_t rows, int64_t cols,
+                                    const char* what) {
+    absl::StatusOr<RawTensor> t = Fetch(kind, layer, {rows, cols}, what);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<int64_t> row_bytes = RowBytes(t->type, cols);
+    if (!row_bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src_.path(), ": tensor '", t->name,
+                       "': ", row_bytes.status().message()));
+    }
+    WeightView v;
+    v.type = t->type;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_bytes = *row_bytes;
+    v.data = t->data;
+    if (reinterpret_cast<uintptr_t>(t->data) % TypeAlignment(t->type) != 0) {
+      auto copy =
+          std::make_shared<std::vector<uint64_t>>((t->num_bytes + 7) / 8);
+      std::memcpy(copy->data(), t->data, t->num_bytes);
+      v.data = copy->data();
+      w_.storage.push_back(copy);
+    }
+    w_.weight_bytes += t->num_bytes;
+    return v;
+  }
+
+  absl::StatusOr<const float*> Vector(WeightKind kind, int64_t layer, int64_t n,
+                                      const char* what) {
+    absl::StatusOr<RawTensor> t = Fetch(kind, layer, {n}, what);
+    if (!t.ok()) return t.status();
+    w_.weight_bytes += n * static_cast<int64_t>(sizeof(float));
+    if (t->type == DType::kF32 &&
+        reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+      return static_cast<const float*>(t->data);
+    }
+    if (n % DTypeBlockValues(t->type) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src_.path(), ": tensor '", t->name, "': ", n, " values of ",
+          DTypeName(t->type), " are not whole blocks"));
+    }
+    auto owned = std::make_shared<std::vector<float>>(n);
+    if (reinterpret_cast<uintptr_t>(t->data) % TypeAlignment(t->type) != 0) {
+      std::vector<uint8_t> bytes(t->num_bytes);
+      std::memcpy(bytes.data(), t->data, t->num_bytes);
+      DequantizeRow(t->type, bytes.data(), owned->data(), n);
+    } else {
+      DequantizeRow(t->type, t->data, owned->data(), n);
+    }
+    w_.storage.push_back(owned);
+    return owned->data();
+  }
+
+  absl::Status Layer(int64_t l, LayerWeights& lw);
+  absl::Status Build();
+
+ private:
+  const TensorSource& src_;
+  ModelWeights& w_;
+};
+
+#define PDSERVE_ASSIGN(lhs, expr)     \
+  do {                                \
+    auto _v = (expr);                 \
+    if (!_v.ok()) return _v.status(); \
+    lhs = *_v;                        \
+  } while (0)
+
+absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t h = c.hidden_size, ff = c.intermediate_size;
+  using K = WeightKind;
+  PDSERVE_ASSIGN(lw.attn_norm, Vector(K::kAttnNorm, l, h, "hidden_size"));
+  PDSERVE_ASSIGN(lw.wq, Matrix(K::kAttnQ, l, c.q_dim(), h,
+                               "num_heads*head_dim x hidden_size"));
+  PDSERVE_ASSIGN(lw.wk, Matrix(K::kAttnK, l, c.kv_dim(), h,
+                               "num_kv_heads*head_dim x hidden_size"));
+  PDSERVE_ASSIGN(lw.wv, Matrix(K::kAttnV, l, c.kv_dim(), h,
+                               "num_kv_heads*head_dim x hidden_size"));
+  PDSERVE_ASSIGN(lw.wo, Matrix(K::kAttnOutput, l, h, c.q_dim(),
+                               "hidden_size x num_heads*head_dim"));
+  if (c.qk_norm) {
+    PDSERVE_ASSIGN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
+    PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
+  }
+  PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
+  PDSERVE_ASSIGN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
+                                   "intermediate_size x hidden_size"));
+  PDSERVE_ASSIGN(
+      lw.w_up, Matrix(K::kFfnUp, l, ff, h, "intermediate_size x hidden_size"));
+  PDSERVE_ASSIGN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
+                                   "hidden_size x intermediate_size"));
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Build() {
+  const ModelConfig& c = w_.config;
+  w_.storage = src_.Storage();
+  w_.weight_bytes = 0;
+  PDSERVE_ASSIGN(w_.token_embedding,
+                 Matrix(WeightKind::kTokenEmbd, 0, c.vocab_size, c.hidden_size,
+                        "vocab_size x hidden_size"));
+  w_.layers.resize(c.num_layers);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (absl::Status s = Layer(l, w_.layers[l]); !s.ok()) return s;
+  }
+  PDSERVE_ASSIGN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
+                                        c.hidden_size, "hidden_size"));
+  if (c.tied_embeddings) {
+    w_.lm_head = w_.token_embedding;
+  } else {
+    PDSERVE_ASSIGN(w_.lm_head,
+                   Matrix(WeightKind::kOutput, 0, c.vocab_size, c.hidden_size,
+                          "vocab_size x hidden_size"));
+  }
+  return absl::OkStatus();
+}
+
+#undef PDSERVE_ASSIGN
+
+}  // namespace
+
+absl::Status BuildModelWeights(const TensorSource& source,
+                               ModelWeights& weights) {
+  return Builder(source, weights).Build();
+}
+
+}  // namespace pdserve

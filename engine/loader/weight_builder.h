@@ -1,0 +1,73 @@
+// Assembles ModelWeights from any tensor source, validating every tensor's
+// shape against the ModelConfig. Format-specific naming and storage live in
+// the TensorSource implementations (tensor_sources.h).
+#ifndef PDSERVE_ENGINE_LOADER_WEIGHT_BUILDER_H_
+#define PDSERVE_ENGINE_LOADER_WEIGHT_BUILDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_weights.h"
+#include "kernels/dtype.h"
+
+namespace pdserve {
+
+// The weights a Llama/Qwen3 decoder has, independent of file naming.
+enum class WeightKind {
+  kTokenEmbd,
+  kOutputNorm,
+  kOutput,
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOutput,
+  kAttnQNorm,
+  kAttnKNorm,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
+};
+
+// A tensor as stored: shape row-major, outermost first (a matrix
+// [rows][cols] is {rows, cols}). `data` stays valid while the source's
+// storage (Storage()) lives.
+struct RawTensor {
+  std::string name;  // the file's own name, for errors
+  DType type = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  int64_t num_bytes = 0;
+};
+
+// Read-only access to one model file's tensors by kind.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  // The file's name of a weight (layer ignored for global kinds).
+  virtual std::string Name(WeightKind kind, int64_t layer) const = 0;
+  virtual bool Has(WeightKind kind, int64_t layer) const = 0;
+  // NotFound names the tensor and the file; Unimplemented for a stored
+  // type we cannot use.
+  virtual absl::StatusOr<RawTensor> Get(WeightKind kind,
+                                        int64_t layer) const = 0;
+  // Owners of the memory RawTensor::data points into.
+  virtual std::vector<std::shared_ptr<const void>> Storage() const = 0;
+  // The file or folder, for error messages.
+  virtual const std::string& path() const = 0;
+};
+
+// Fills weights (config must already be set and validated): matrices as
+// zero-copy views (copied only when misaligned for their element type),
+// norm vectors as f32 (converted into owned buffers when stored otherwise),
+// lm_head = token_embedding when config.tied_embeddings. Errors name the
+// file, the tensor, and expected vs actual shape.
+absl::Status BuildModelWeights(const TensorSource& source,
+                               ModelWeights& weights);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_LOADER_WEIGHT_BUILDER_H_
