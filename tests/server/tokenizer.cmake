@@ -1,3 +1,6 @@
 # Tokenizer tests (issue 3).
 pdserve_add_test(NAME tokenizer_vocab_test LABEL unit
   SOURCES tokenizer_vocab_test.cc LIBS pdserve_tokenizer)
+pdserve_add_test(NAME tokenizer_reference_test LABEL unit
+  SOURCES tokenizer_reference_test.cc
+  LIBS pdserve_tokenizer nlohmann_json::nlohmann_json)

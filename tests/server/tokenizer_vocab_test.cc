@@ -55,7 +55,7 @@ TEST(Qwen3JsonTest, SameIdsAsQwen2Gguf) {
   EXPECT_FALSE((*b)->chat_template().empty());
   std::vector<std::string> texts;
   for (const auto& c : ReadVocabCases(gguf)) texts.push_back(c.text);
-  texts.push_back("<|im_start|>user\nhi<|im_end|>\n<think>\n\n</think>");
+  texts.push_back("<|im_start|>user\nhi<|im_end|>\n<|endoftext|>");
   texts.push_back("Cafe\xCC\x81 and caf\xC3\xA9 \xE1\x84\x80\xE1\x85\xA1");
   for (const std::string& t : texts) {
     for (bool special : {false, true}) {

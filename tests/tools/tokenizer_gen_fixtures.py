@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Generates the tokenizer reference fixtures in tests/data/tokenizer/.
+
+Reference environment (CPU only):
+    python3 -m venv V && V/bin/pip install torch transformers gguf tokenizers sentencepiece
+    V/bin/python tests/tools/tokenizer_gen_fixtures.py [--shared ../shared]
+
+Writes (small JSON files, committed; CI never runs this script):
+  qwen3_reference.json    ids from the PyPI `tokenizers` package on
+                          shared/tokenizers/qwen3/tokenizer.json (NFC, Qwen2 regex)
+  smollm2_reference.json  ids from transformers' GGUF import of the SmolLM2
+                          vocabulary (~/.cache/pdserve/models/...Q4_1.gguf) with
+                          SmolLM2's own pre-tokenizer (Digits individual_digits
+                          + ByteLevel), as its tokenizer.json declares
+  tok512_reference.json   ids from a transcription of llama2.c's encode()
+                          (run.c: dummy " " prefix, per-character lookup with
+                          byte fallback id = byte + 3, then repeatedly merge the
+                          best-scoring adjacent pair, leftmost on ties)
+Every case is {"text": ..., "ids": [...]} with no BOS.
+"""
+import argparse
+import json
+import os
+import random
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, '..', 'data', 'tokenizer')
+
+TEXTS = [
+    "",
+    " ",
+    "Hello world",
+    " Hello, World! It's 2024; we'RE here, y'all. I'M sure THEY'LL go'd",
+    "int main() {\n  return printf(\"%d\\n\", x[42] >= 0x1F);\n}\n",
+    "def f(a, b):\n\treturn a**2 + b  # comment\n\n\n",
+    "数字12345和汉字混合，标点。「引号」テスト、カタカナ와 한국어",
+    "Café résumé naïve — Cafe\u0301 Ko\u0308ln A\u030a \u1100\u1161\u11a8 \u212b \ufb01",
+    "emoji 🦙🚀👍🏽 👨‍👩‍👧 flags 🇩🇪",
+    "tabs\tand  double  spaces   \n \n\r\n\u00a0nbsp\u3000ideographic\u2003em",
+    "1 12 123 1234 12345 ١٢٣ ⅷ ½ 3.14159 -7e10",
+    "Ελληνικά Русский עברית العربية हिन्दी ไทย",
+    "<|im_start|>user\nhi<|im_end|> <think>x</think>",
+    "trailing spaces   ",
+    "\n\n\nleading newlines",
+    "x" * 300 + " " + "🙂" * 40,
+    "Once upon a time, there was a little girl named Lily. She liked to play.",
+]
+
+
+def random_texts(n, seed):
+    rng = random.Random(seed)
+    pools = [
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        "0123456789", " \t\n\r", "'\".,;:!?()[]{}<>/\\|_-+=*&^%$#@~`",
+        "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年",
+        "あいうえおかきくけこアイウエオ", "абвгдежзийклмнопрст", "éèêëàâäôöûüç",
+        "\u0301\u0308\u030a", "🦙🚀👍🏽😀🇩🇪", "\u00a0\u2003\u3000\u200b",
+    ]
+    out = []
+    for _ in range(n):
+        length = rng.randint(1, 60)
+        out.append(''.join(rng.choice(rng.choice(pools)) for _ in range(length)))
+    return out
+
+
+def write(name, cases):
+    path = os.path.join(OUT, name)
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump({'cases': cases}, f, ensure_ascii=False, indent=0)
+    print(path, len(cases))
+
+
+def qwen3(shared):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(shared, 'tokenizers', 'qwen3', 'tokenizer.json'))
+    texts = [t for t in TEXTS if '<|' not in t] + random_texts(40, 1)
+    write('qwen3_reference.json',
+          [{'text': t, 'ids': tok.encode(t, add_special_tokens=False).ids} for t in texts])
+
+
+def smollm2(gguf_path):
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(gguf_path),
+                                        gguf_file=os.path.basename(gguf_path))
+    backend = tok.backend_tokenizer
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    texts = [t for t in TEXTS if '<|' not in t] + random_texts(20, 2)
+    write('smollm2_reference.json',
+          [{'text': t, 'ids': backend.encode(t, add_special_tokens=False).ids}
+           for t in texts])
+
+
+def load_llama2c(path):
+    data = open(path, 'rb').read()
+    pos = 4
+    vocab, scores = [], []
+    while pos < len(data):
+        score, length = struct.unpack_from('<fi', data, pos)
+        pos += 8
+        vocab.append(data[pos:pos + length])
+        scores.append(score)
+        pos += length
+    return vocab, scores
+
+
+def llama2c_encode(text, vocab, scores):
+    index = {}
+    for i, v in enumerate(vocab):
+        index.setdefault(v, i)
+    tokens = []
+    if text:
+        tokens.append(index.get(b' ', -1))
+    for ch in text:
+        b = ch.encode('utf-8')
+        if b in index:
+            tokens.append(index[b])
+        else:
+            tokens.extend(x + 3 for x in b)
+    while True:
+        best, best_id, best_idx = -1e10, -1, -1
+        for i in range(len(tokens) - 1):
+            j = index.get(vocab[tokens[i]] + vocab[tokens[i + 1]], -1)
+            if j != -1 and scores[j] > best:
+                best, best_id, best_idx = scores[j], j, i
+        if best_idx == -1:
+            break
+        tokens[best_idx:best_idx + 2] = [best_id]
+    return tokens
+
+
+def tok512(shared):
+    vocab, scores = load_llama2c(os.path.join(shared, 'models', 'stories260K', 'tok512.bin'))
+    texts = [t for t in TEXTS if '<|' not in t and len(t) < 200] + random_texts(10, 3)
+    write('tok512_reference.json',
+          [{'text': t, 'ids': llama2c_encode(t, vocab, scores)} for t in texts])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--shared', default=os.path.join(HERE, '..', '..', '..', 'shared'))
+    ap.add_argument('--smollm2', default=os.path.join(
+        os.environ.get('PDSERVE_CACHE', os.path.expanduser('~/.cache/pdserve')),
+        'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'))
+    args = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    qwen3(args.shared)
+    smollm2(args.smollm2)
+    tok512(args.shared)
+
+
+if __name__ == '__main__':
+    main()
