@@ -1,0 +1,464 @@
+#include "engine/model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+namespace pdserve {
+namespace {
+
+// Query rows per attention work item: small enough to balance threads on a
+// single long prefill, large enough to amortise the scheduling.
+constexpr int64_t kAttnRowChunk = 16;
+
+int64_t MatrixBytes(const WeightView& w) {
+  return w.empty() ? 0 : w.rows * w.row_bytes;
+}
+int64_t MatrixMacs(const WeightView& w) {
+  return w.empty() ? 0 : w.rows * w.cols;
+}
+
+// Rotates the first 2 * half dims of each head like kernels' ApplyRope, with
+// cos/sin of this position precomputed (same f32 arithmetic, so the result is
+// bitwise identical to ApplyRope).
+void RotateHeads(float* x, int64_t n_heads, int64_t head_dim, int64_t half,
+                 const float* cos, const float* sin, RopeStyle style) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = style == RopeStyle::kNeox ? i : 2 * i;
+      const int64_t b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;
+      const float x0 = v[a];
+      const float x1 = v[b];
+      const float c = cos[i];
+      const float s = sin[i];
+      const float p0 = x0 * c;
+      const float p1 = -x1 * s;
+      const float p2 = x1 * c;
+      const float p3 = x0 * s;
+      v[a] = p0 + p1;
+      v[b] = p2 + p3;
+    }
+  }
+}
+
+}  // namespace
+
+ForwardStats& ForwardStats::operator+=(const ForwardStats& o) {
+  steps += o.steps;
+  tokens += o.tokens;
+  logit_rows += o.logit_rows;
+  weight_bytes_read += o.weight_bytes_read;
+  kv_bytes_read += o.kv_bytes_read;
+  kv_bytes_written += o.kv_bytes_written;
+  flops += o.flops;
+  return *this;
+}
+
+absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
+    const ModelWeights& weights, KvStorage& kv, ThreadPool& pool,
+    int64_t max_batch_tokens) {
+  const ModelConfig& c = weights.config;
+  if (kv.num_layers() != c.num_layers || kv.kv_dim() != c.kv_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV storage has ", kv.num_layers(), " layers of kv_dim ", kv.kv_dim(),
+        "; model ", c.name, " needs ", c.num_layers, " layers of kv_dim ",
+        c.kv_dim()));
+  }
+  if (max_batch_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens must be >= 1, got ", max_batch_tokens));
+  }
+  if (static_cast<int64_t>(weights.layers.size()) != c.num_layers ||
+      c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.num_heads % c.num_kv_heads != 0 || c.head_dim <= 0 ||
+      c.rope_dims % 2 != 0 || c.rope_dims > c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", c.name, ": inconsistent shape (", weights.layers.size(),
+        " layer weights for ", c.num_layers, " layers, ", c.num_heads,
+        " heads, ", c.num_kv_heads, " kv heads, head_dim ", c.head_dim,
+        ", rope_dims ", c.rope_dims, ")"));
+  }
+  return std::make_unique<ForwardPass>(weights, kv, pool, max_batch_tokens);
+}
+
+ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
+                         ThreadPool& pool, int64_t max_batch_tokens)
+    : weights_(weights), kv_(kv), pool_(pool), max_tokens_(max_batch_tokens) {
+  const ModelConfig& c = weights_.config;
+  if (kv.num_layers() != c.num_layers || kv.kv_dim() != c.kv_dim() ||
+      max_batch_tokens < 1) {
+    std::abort();  // Create() reports this as an error.
+  }
+  const int64_t storage_tokens = kv.num_pages() * kv.page_size();
+  max_positions_ = c.max_context > 0
+                       ? std::min(storage_tokens, c.max_context)
+                       : storage_tokens;
+  const auto n = static_cast<size_t>(max_tokens_);
+  x_.resize(n * c.hidden_size);
+  xn_.resize(n * c.hidden_size);
+  q_.resize(n * c.q_dim());
+  k_.resize(n * c.kv_dim());
+  v_.resize(n * c.kv_dim());
+  attn_.resize(n * c.q_dim());
+  gate_.resize(n * c.intermediate_size);
+  up_.resize(n * c.intermediate_size);
+  proj_.resize(n * c.hidden_size);
+  const int64_t half = c.rope_dims / 2;
+  rope_cos_.resize(n * half);
+  rope_sin_.resize(n * half);
+  inv_freq_.resize(half);
+  for (int64_t i = 0; i < half; ++i) {
+    // Same f32 formula as kernels' ApplyRope (and transformers).
+    const float exponent =
+        static_cast<float>(2 * i) / static_cast<float>(c.rope_dims);
+    inv_freq_[i] = 1.0f / std::pow(c.rope_theta, exponent);
+  }
+  row_span_.resize(n);
+  row_in_span_.resize(n);
+  logit_src_.resize(n);
+  span_first_row_.resize(n + 1);
+  items_.resize((n + n / kAttnRowChunk + 1) * c.num_kv_heads);
+  scores_.resize(static_cast<size_t>(pool_.num_threads()) * max_positions_);
+  for (const LayerWeights& lw : weights_.layers) {
+    for (const WeightView* w : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate,
+                                &lw.w_up, &lw.w_down}) {
+      layer_bytes_ += MatrixBytes(*w);
+      layer_macs_ += MatrixMacs(*w);
+    }
+    layer_bytes_ += (2 * c.hidden_size + (c.qk_norm ? 2 * c.head_dim : 0)) *
+                    static_cast<int64_t>(sizeof(float));
+  }
+  layer_bytes_ += c.hidden_size * static_cast<int64_t>(sizeof(float));
+  lm_head_bytes_ = MatrixBytes(weights_.lm_head);
+}
+
+ForwardPass::~ForwardPass() = default;
+
+int64_t ForwardPass::LogitRows(absl::Span<const SequenceSpan> batch) {
+  int64_t rows = 0;
+  for (const SequenceSpan& s : batch) rows += s.logit_rows();
+  return rows;
+}
+
+absl::Status ForwardPass::Validate(absl::Span<const SequenceSpan> batch,
+                                   absl::Span<float> logits) const {
+  const ModelConfig& c = weights_.config;
+  int64_t total = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceSpan& s = batch[i];
+    if (s.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("span ", i, " has no tokens"));
+    }
+    if (s.start_pos < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("span ", i, ": start_pos ", s.start_pos, " < 0"));
+    }
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      if (s.tokens[t] < 0 || s.tokens[t] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "span ", i, ": token ", t, " has id ", s.tokens[t],
+            " outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    const int64_t end = s.start_pos + s.size();
+    if (end > max_positions_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "span ", i, " reaches position ", end, " but at most ",
+          max_positions_, " positions are supported (model context ",
+          c.max_context, ", KV storage ", kv_.num_pages() * kv_.page_size(),
+          " tokens)"));
+    }
+    const int64_t pages = (end + kv_.page_size() - 1) / kv_.page_size();
+    if (static_cast<int64_t>(s.page_table.size()) < pages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "span ", i, ": page table has ", s.page_table.size(),
+          " pages, positions [0, ", end, ") need ", pages, " of ",
+          kv_.page_size(), " tokens"));
+    }
+    for (int64_t p = 0; p < pages; ++p) {
+      if (s.page_table[p] < 0 || s.page_table[p] >= kv_.num_pages()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "span ", i, ": page table entry ", p, " is page ",
+            s.page_table[p], ", outside the storage's ", kv_.num_pages(),
+            " pages"));
+      }
+    }
+    total += s.size();
+  }
+  if (total > max_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch has ", total, " tokens, more than max_batch_tokens ",
+        max_tokens_));
+  }
+  const int64_t need = LogitRows(batch) * c.vocab_size;
+  if (static_cast<int64_t>(logits.size()) < need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logits buffer holds ", logits.size(), " floats, need ", need, " (",
+        LogitRows(batch), " rows of ", c.vocab_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ForwardPass::Run(absl::Span<const SequenceSpan> batch,
+                              absl::Span<float> logits, ForwardStats* stats) {
+  if (absl::Status s = Validate(batch, logits); !s.ok()) return s;
+  if (batch.empty()) return absl::OkStatus();
+  // Row bookkeeping.
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    span_first_row_[i] = row;
+    for (int64_t t = 0; t < batch[i].size(); ++t, ++row) {
+      row_span_[row] = static_cast<int32_t>(i);
+      row_in_span_[row] = static_cast<int32_t>(t);
+    }
+  }
+  span_first_row_[batch.size()] = row;
+  rows_ = row;
+  Embed(batch);
+  PrepareRope(batch);
+  for (int64_t l = 0; l < weights_.config.num_layers; ++l) Layer(l, batch);
+  LmHead(batch, logits.data());
+  if (stats != nullptr) Account(batch, LogitRows(batch), stats);
+  return absl::OkStatus();
+}
+
+void ForwardPass::Embed(absl::Span<const SequenceSpan> batch) {
+  const int64_t hidden = weights_.config.hidden_size;
+  const WeightView& emb = weights_.token_embedding;
+  const int64_t rows = span_first_row_[batch.size()];
+  pool_.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int32_t token = batch[row_span_[r]].tokens[row_in_span_[r]];
+      DequantizeRow(emb.type, emb.row(token), x_.data() + r * hidden, hidden);
+    }
+  });
+}
+
+void ForwardPass::PrepareRope(absl::Span<const SequenceSpan> batch) {
+  const int64_t half = weights_.config.rope_dims / 2;
+  const int64_t rows = span_first_row_[batch.size()];
+  for (int64_t r = 0; r < rows; ++r) {
+    const SequenceSpan& s = batch[row_span_[r]];
+    const float pos =
+        static_cast<float>(s.start_pos + row_in_span_[r] + s.rope_delta);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq_[i];
+      rope_cos_[r * half + i] = std::cos(angle);
+      rope_sin_[r * half + i] = std::sin(angle);
+    }
+  }
+}
+
+void ForwardPass::RmsNormRows(const float* x, const float* w, int64_t rows,
+                              float* out) {
+  const int64_t hidden = weights_.config.hidden_size;
+  const float eps = weights_.config.rms_norm_eps;
+  pool_.ParallelFor(rows, 32, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      RmsNorm(x + r * hidden, w, eps, hidden, out + r * hidden);
+    }
+  });
+}
+
+void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
+  const ModelConfig& c = weights_.config;
+  const LayerWeights& lw = weights_.layers[layer];
+  const int64_t rows = span_first_row_[batch.size()];
+  const int64_t hidden = c.hidden_size;
+  const int64_t inter = c.intermediate_size;
+
+  RmsNormRows(x_.data(), lw.attn_norm, rows, xn_.data());
+  MatMul(lw.wq, xn_.data(), hidden, rows, q_.data(), c.q_dim(), pool_);
+  MatMul(lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim(), pool_);
+  MatMul(lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim(), pool_);
+  QkNormAndRope(lw);
+  StoreKv(layer, batch);
+  Attention(layer, batch);
+  MatMul(lw.wo, attn_.data(), c.q_dim(), rows, proj_.data(), hidden, pool_);
+  pool_.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
+    AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
+               (e - b) * hidden);
+  });
+
+  RmsNormRows(x_.data(), lw.ffn_norm, rows, xn_.data());
+  MatMul(lw.w_gate, xn_.data(), hidden, rows, gate_.data(), inter, pool_);
+  MatMul(lw.w_up, xn_.data(), hidden, rows, up_.data(), inter, pool_);
+  pool_.ParallelFor(rows, 8, [&](int64_t b, int64_t e) {
+    SwiGlu(gate_.data() + b * inter, up_.data() + b * inter, (e - b) * inter,
+           gate_.data() + b * inter);
+  });
+  MatMul(lw.w_down, gate_.data(), inter, rows, proj_.data(), hidden, pool_);
+  pool_.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
+    AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
+               (e - b) * hidden);
+  });
+}
+
+void ForwardPass::QkNormAndRope(const LayerWeights& lw) {
+  const ModelConfig& c = weights_.config;
+  const int64_t hd = c.head_dim;
+  const int64_t half = c.rope_dims / 2;
+  const int64_t n = rows_;
+  pool_.ParallelFor(n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* q = q_.data() + r * c.q_dim();
+      float* k = k_.data() + r * c.kv_dim();
+      if (c.qk_norm) {
+        for (int64_t h = 0; h < c.num_heads; ++h) {
+          RmsNorm(q + h * hd, lw.q_norm, c.rms_norm_eps, hd, q + h * hd);
+        }
+        for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+          RmsNorm(k + h * hd, lw.k_norm, c.rms_norm_eps, hd, k + h * hd);
+        }
+      }
+      const float* cs = rope_cos_.data() + r * half;
+      const float* sn = rope_sin_.data() + r * half;
+      RotateHeads(q, c.num_heads, hd, half, cs, sn, c.rope_style);
+      RotateHeads(k, c.num_kv_heads, hd, half, cs, sn, c.rope_style);
+    }
+  });
+}
+
+void ForwardPass::StoreKv(int64_t layer, absl::Span<const SequenceSpan> batch) {
+  const int64_t kv_dim = weights_.config.kv_dim();
+  const int64_t ps = kv_.page_size();
+  for (int64_t r = 0; r < rows_; ++r) {
+    const SequenceSpan& s = batch[row_span_[r]];
+    const int64_t pos = s.start_pos + row_in_span_[r];
+    const int32_t page = s.page_table[pos / ps];
+    const int64_t slot = pos % ps;
+    std::memcpy(kv_.keys(page, layer) + slot * kv_dim,
+                k_.data() + r * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(kv_.values(page, layer) + slot * kv_dim,
+                v_.data() + r * kv_dim, kv_dim * sizeof(float));
+  }
+}
+
+void ForwardPass::AttendRow(int64_t layer, const SequenceSpan& span,
+                            int64_t row, int64_t batch_row, int64_t kv_head,
+                            float* scores) {
+  const ModelConfig& c = weights_.config;
+  const int64_t hd = c.head_dim;
+  const int64_t kv_dim = c.kv_dim();
+  const int64_t ps = kv_.page_size();
+  const int64_t group = c.num_heads / c.num_kv_heads;
+  const int64_t n_keys = span.start_pos + row + 1;  // causal
+  const int64_t n_pages = (n_keys + ps - 1) / ps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t qh = kv_head * group + g;
+    const float* q = q_.data() + batch_row * c.q_dim() + qh * hd;
+    for (int64_t p = 0; p < n_pages; ++p) {
+      const float* keys =
+          kv_.keys(span.page_table[p], layer) + kv_head * hd;
+      const int64_t slots = std::min(ps, n_keys - p * ps);
+      for (int64_t j = 0; j < slots; ++j) {
+        scores[p * ps + j] = Dot(q, keys + j * kv_dim, hd) * scale;
+      }
+    }
+    Softmax(scores, n_keys);
+    float* out = attn_.data() + batch_row * c.q_dim() + qh * hd;
+    std::fill(out, out + hd, 0.0f);
+    for (int64_t p = 0; p < n_pages; ++p) {
+      const float* values =
+          kv_.values(span.page_table[p], layer) + kv_head * hd;
+      const int64_t slots = std::min(ps, n_keys - p * ps);
+      for (int64_t j = 0; j < slots; ++j) {
+        Axpy(scores[p * ps + j], values + j * kv_dim, out, hd);
+      }
+    }
+  }
+}
+
+void ForwardPass::Attention(int64_t layer,
+                            absl::Span<const SequenceSpan> batch) {
+  const int64_t kv_heads = weights_.config.num_kv_heads;
+  num_items_ = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (int64_t b = 0; b < batch[i].size(); b += kAttnRowChunk) {
+      const int64_t e = std::min(batch[i].size(), b + kAttnRowChunk);
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        items_[num_items_++] = {static_cast<int32_t>(i),
+                                static_cast<int32_t>(h),
+                                static_cast<int32_t>(b),
+                                static_cast<int32_t>(e)};
+      }
+    }
+  }
+  next_item_.store(0, std::memory_order_relaxed);
+  // Dynamic scheduling: each thread takes the next item and uses its own
+  // score buffer. Every query row is computed by the same code in the same
+  // order whichever thread takes it, so results do not depend on the split.
+  pool_.RunOnAll([&](int thread) {
+    float* scores = scores_.data() + thread * max_positions_;
+    for (;;) {
+      const int64_t it = next_item_.fetch_add(1, std::memory_order_relaxed);
+      if (it >= num_items_) break;
+      const AttnItem& item = items_[it];
+      const SequenceSpan& span = batch[item.span];
+      for (int64_t r = item.row_begin; r < item.row_end; ++r) {
+        AttendRow(layer, span, r, span_first_row_[item.span] + r,
+                  item.kv_head, scores);
+      }
+    }
+  });
+}
+
+void ForwardPass::LmHead(absl::Span<const SequenceSpan> batch,
+                         float* logits) {
+  const ModelConfig& c = weights_.config;
+  const int64_t hidden = c.hidden_size;
+  // Gather the wanted rows (normed) into xn_, compacted, then one MatMul.
+  int64_t out_rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t first = span_first_row_[i];
+    const int64_t begin =
+        batch[i].all_logits ? first : first + batch[i].size() - 1;
+    const int64_t end = first + batch[i].size();
+    for (int64_t r = begin; r < end; ++r, ++out_rows) {
+      logit_src_[out_rows] = static_cast<int32_t>(r);
+    }
+  }
+  pool_.ParallelFor(out_rows, 32, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      RmsNorm(x_.data() + logit_src_[o] * hidden, weights_.output_norm,
+              c.rms_norm_eps, hidden, xn_.data() + o * hidden);
+    }
+  });
+  MatMul(weights_.lm_head, xn_.data(), hidden, out_rows, logits, c.vocab_size,
+         pool_);
+}
+
+void ForwardPass::Account(absl::Span<const SequenceSpan> batch,
+                          int64_t logit_rows, ForwardStats* stats) const {
+  const ModelConfig& c = weights_.config;
+  ForwardStats s;
+  s.steps = 1;
+  s.tokens = rows_;
+  s.logit_rows = logit_rows;
+  s.weight_bytes_read = layer_bytes_ +
+                        rows_ * weights_.token_embedding.row_bytes +
+                        (logit_rows > 0 ? lm_head_bytes_ : 0);
+  const int64_t kv_token_bytes = c.num_layers * 2 * c.kv_dim() * 4;
+  int64_t attn_macs = 0;
+  for (const SequenceSpan& span : batch) {
+    s.kv_bytes_read += (span.start_pos + span.size()) * kv_token_bytes;
+    s.kv_bytes_written += span.size() * kv_token_bytes;
+    // Row i attends over start_pos + i + 1 keys: QK^T and PV per head.
+    const int64_t keys = span.size() * span.start_pos +
+                         span.size() * (span.size() + 1) / 2;
+    attn_macs += 2 * keys * c.head_dim * c.num_heads;
+  }
+  s.flops = 2 * (rows_ * layer_macs_ + c.num_layers * attn_macs +
+                 logit_rows * MatrixMacs(weights_.lm_head));
+  *stats += s;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,259 @@
+#include "engine/model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+namespace {
+
+absl::Status OutOfRange(const char* field, double value, const char* range) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("sampling parameter ", field, " = ", value,
+                   " is outside its range ", range));
+}
+
+// Candidates are ordered by value descending, ties by id ascending: a strict
+// total order, so partial sorts are deterministic.
+struct ByValueDesc {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  }
+};
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f) || std::isinf(p.temperature)) {
+    return OutOfRange("temperature", p.temperature, "[0, inf) (0 = greedy)");
+  }
+  if (p.top_k < 0) return OutOfRange("top_k", p.top_k, "[0, vocab] (0 = off)");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return OutOfRange("top_p", p.top_p, "(0, 1]");
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return OutOfRange("min_p", p.min_p, "[0, 1]");
+  }
+  if (!(p.repetition_penalty > 0.0f) || std::isinf(p.repetition_penalty)) {
+    return OutOfRange("repetition_penalty", p.repetition_penalty,
+                      "(0, inf) (1 = off)");
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return OutOfRange("presence_penalty", p.presence_penalty, "[-2, 2]");
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return OutOfRange("frequency_penalty", p.frequency_penalty, "[-2, 2]");
+  }
+  return absl::OkStatus();
+}
+
+void SamplerScratch::Reserve(int32_t vocab_size) {
+  if (static_cast<int32_t>(values.size()) < vocab_size) {
+    values.resize(vocab_size);
+    ids.resize(vocab_size);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(
+    const SamplingParams& params, int64_t vocab_size) {
+  if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
+  if (vocab_size < 1 || vocab_size > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampler vocab_size must be in [1, 2^31), got ",
+                     vocab_size));
+  }
+  return std::unique_ptr<Sampler>(
+      new Sampler(params, static_cast<int32_t>(vocab_size)));
+}
+
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
+    : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
+  if (HasPenalties()) {
+    output_count_.assign(vocab_size_, 0);
+    in_prompt_.assign(vocab_size_, 0);
+    seen_.reserve(vocab_size_);
+  }
+}
+
+bool Sampler::HasPenalties() const {
+  return params_.repetition_penalty != 1.0f ||
+         params_.presence_penalty != 0.0f ||
+         params_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::HasFilters() const {
+  return (params_.top_k > 0 && params_.top_k < vocab_size_) ||
+         params_.top_p < 1.0f || params_.min_p > 0.0f;
+}
+
+void Sampler::AddPrompt(absl::Span<const int32_t> prompt) {
+  if (!HasPenalties()) return;
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= vocab_size_ || in_prompt_[t]) continue;
+    if (output_count_[t] == 0) seen_.push_back(t);
+    in_prompt_[t] = 1;
+  }
+}
+
+void Sampler::Record(int32_t token) {
+  ++output_tokens_;
+  if (!HasPenalties()) return;
+  if (output_count_[token] == 0 && !in_prompt_[token]) seen_.push_back(token);
+  ++output_count_[token];
+}
+
+void Sampler::ApplyPenalties(float* values) const {
+  const float r = params_.repetition_penalty;
+  for (int32_t t : seen_) {
+    float v = values[t];
+    if (r != 1.0f) v = v > 0.0f ? v / r : v * r;
+    const int32_t count = output_count_[t];
+    if (count > 0) {
+      v -= params_.frequency_penalty * static_cast<float>(count) +
+           params_.presence_penalty;
+    }
+    values[t] = v;
+  }
+}
+
+double Sampler::Uniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+// Temperature sampling over the whole vocabulary, no buffer: one pass for
+// the normaliser, one to find the drawn token (ids in ascending order).
+int32_t Sampler::DrawPlain(const float* logits) {
+  const double inv_t = 1.0 / params_.temperature;
+  float max = logits[0];
+  for (int32_t i = 1; i < vocab_size_; ++i) max = std::max(max, logits[i]);
+  double total = 0.0;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    total += std::exp((static_cast<double>(logits[i]) - max) * inv_t);
+  }
+  const double target = Uniform() * total;
+  double acc = 0.0;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    acc += std::exp((static_cast<double>(logits[i]) - max) * inv_t);
+    if (acc > target) return i;
+  }
+  return vocab_size_ - 1;  // rounding: the mass ran out at the end
+}
+
+// s.values holds the penalised logits divided by the temperature.
+int32_t Sampler::DrawFiltered(SamplerScratch& s) {
+  const float* v = s.values.data();
+  int32_t* ids = s.ids.data();
+  int32_t n = vocab_size_;
+  for (int32_t i = 0; i < n; ++i) ids[i] = i;
+  const ByValueDesc order{v};
+  bool sorted = false;
+  if (params_.top_k > 0 && params_.top_k < n) {
+    std::nth_element(ids, ids + params_.top_k, ids + n, order);
+    n = params_.top_k;
+    std::sort(ids, ids + n, order);
+    sorted = true;
+  }
+  float max = v[ids[0]];
+  if (!sorted) {
+    for (int32_t i = 1; i < n; ++i) max = std::max(max, v[ids[i]]);
+  }
+  auto weight = [&](int32_t id) {
+    return std::exp(static_cast<double>(v[id]) - max);
+  };
+  if (params_.top_p < 1.0f) {
+    double total = 0.0;
+    for (int32_t i = 0; i < n; ++i) total += weight(ids[i]);
+    const double need = params_.top_p * total;
+    // Sort a growing prefix until it holds the needed mass (usually a few
+    // dozen tokens), instead of sorting the whole vocabulary.
+    int32_t k = sorted ? n : std::min<int32_t>(n, 64);
+    for (;;) {
+      if (!sorted) {
+        if (k < n) std::nth_element(ids, ids + k, ids + n, order);
+        std::sort(ids, ids + k, order);
+      }
+      double acc = 0.0;
+      int32_t keep = 0;
+      while (keep < k && acc < need) acc += weight(ids[keep++]);
+      if (acc >= need || k == n) {
+        n = std::max<int32_t>(keep, 1);
+        sorted = true;
+        break;
+      }
+      k = std::min<int64_t>(n, static_cast<int64_t>(k) * 4);
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    // p_i >= min_p * p_max  <=>  exp(v_i - max) >= min_p.
+    int32_t kept = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      if (weight(ids[i]) >= params_.min_p) ids[kept++] = ids[i];
+    }
+    n = std::max<int32_t>(kept, 1);  // the max itself always passes
+  }
+  double total = 0.0;
+  for (int32_t i = 0; i < n; ++i) total += weight(ids[i]);
+  const double target = Uniform() * total;
+  double acc = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    acc += weight(ids[i]);
+    if (acc > target) return ids[i];
+  }
+  return ids[n - 1];
+}
+
+absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
+                                             SamplerScratch* scratch) {
+  if (static_cast<int64_t>(logits.size()) != vocab_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampler got ", logits.size(), " logits for a vocabulary of ",
+                     vocab_size_));
+  }
+  // Log-softmax base of the raw logits (for the returned logprob).
+  float raw_max = logits[0];
+  for (float x : logits) raw_max = std::max(raw_max, x);
+  double raw_sum = 0.0;
+  for (float x : logits) raw_sum += std::exp(static_cast<double>(x) - raw_max);
+
+  int32_t token = 0;
+  const bool penalties = HasPenalties() && !seen_.empty();
+  if (!penalties && params_.temperature == 0.0f) {
+    for (int32_t i = 1; i < vocab_size_; ++i) {
+      if (logits[i] > logits[token]) token = i;
+    }
+  } else if (!penalties && !HasFilters()) {
+    token = DrawPlain(logits.data());
+  } else {
+    if (scratch == nullptr) {
+      if (own_scratch_ == nullptr) {
+        own_scratch_ = std::make_unique<SamplerScratch>();
+      }
+      scratch = own_scratch_.get();
+    }
+    scratch->Reserve(vocab_size_);
+    float* values = scratch->values.data();
+    std::copy(logits.begin(), logits.end(), values);
+    ApplyPenalties(values);
+    if (params_.temperature == 0.0f) {
+      for (int32_t i = 1; i < vocab_size_; ++i) {
+        if (values[i] > values[token]) token = i;
+      }
+    } else if (!HasFilters()) {
+      token = DrawPlain(values);
+    } else {
+      const float inv_t = 1.0f / params_.temperature;
+      for (int32_t i = 0; i < vocab_size_; ++i) values[i] *= inv_t;
+      token = DrawFiltered(*scratch);
+    }
+  }
+  Record(token);
+  SampledToken out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[token]) -
+                                   raw_max - std::log(raw_sum));
+  return out;
+}
+
+}  // namespace pdserve

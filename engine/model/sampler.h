@@ -1,0 +1,117 @@
+// Token sampling: greedy, temperature, top-k, top-p, min-p and repetition /
+// presence / frequency penalties, seeded and reproducible.
+#ifndef PDSERVE_ENGINE_MODEL_SAMPLER_H_
+#define PDSERVE_ENGINE_MODEL_SAMPLER_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace pdserve {
+
+// How one sequence picks its next token. The pipeline, in order:
+//   1. penalties on the raw logits (vLLM / OpenAI semantics):
+//      repetition_penalty r (1 = off) for every token seen in the prompt or
+//      the output: logit > 0 ? logit / r : logit * r;
+//      frequency_penalty f and presence_penalty p for output tokens:
+//      logit -= f * count + p * (count > 0);
+//   2. temperature 0: the argmax (ties: lowest id); nothing below applies;
+//   3. logits / temperature, softmax;
+//   4. top_k (0 = off): keep the k most likely tokens;
+//   5. top_p: keep the smallest most-likely prefix whose mass >= top_p;
+//   6. min_p (0 = off): drop tokens with p < min_p * p_max;
+//   7. renormalise and draw with the sequence's own RNG.
+struct SamplingParams {
+  float temperature = 0.0f;       // >= 0; 0 = greedy
+  int32_t top_k = 0;              // >= 0; 0 = all tokens
+  float top_p = 1.0f;             // (0, 1]
+  float min_p = 0.0f;             // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1 = off
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  uint64_t seed = 0;              // seeds the sequence's std::mt19937_64
+};
+
+// INVALID_ARGUMENT naming the field and value when a parameter is out of its
+// range (or NaN).
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// Working memory of the filtered modes (top-k / top-p / min-p, penalties):
+// vocab-sized buffers. One scratch can serve any number of Samplers used one
+// after another (e.g. all sequences of an engine step); it grows on first use
+// and is then reused without allocating. Not thread-safe.
+class SamplerScratch {
+ public:
+  SamplerScratch() = default;
+  explicit SamplerScratch(int32_t vocab_size) { Reserve(vocab_size); }
+  void Reserve(int32_t vocab_size);
+
+ private:
+  friend class Sampler;
+  std::vector<float> values;  // penalised logits / temperature
+  std::vector<int32_t> ids;   // candidate ids
+};
+
+// The chosen token and its log-probability under the model's distribution
+// (log-softmax of the raw logits, before penalties and temperature).
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+// Per-sequence sampling state: the parameters, an RNG seeded from
+// params.seed (std::mt19937_64, so a seed reproduces the same tokens on every
+// platform) and the token history the penalties need (allocated at
+// construction, vocab-sized, only when a penalty is on). Greedy and plain
+// temperature sampling need no scratch; the filtered modes use the scratch
+// passed in, or one the Sampler allocates on first use. After that first
+// call Sample does not allocate. Thread-compatible.
+class Sampler {
+ public:
+  // INVALID_ARGUMENT for bad params (see ValidateSamplingParams) or
+  // vocab_size < 1.
+  static absl::StatusOr<std::unique_ptr<Sampler>> Create(
+      const SamplingParams& params, int64_t vocab_size);
+
+  // Marks prompt tokens for the repetition penalty (ids outside the
+  // vocabulary are ignored). Call before the first Sample.
+  void AddPrompt(absl::Span<const int32_t> prompt);
+
+  // Picks the next token from `logits` (vocab_size floats) and records it in
+  // the output history. INVALID_ARGUMENT when logits has the wrong size.
+  absl::StatusOr<SampledToken> Sample(absl::Span<const float> logits,
+                                      SamplerScratch* scratch = nullptr);
+
+  const SamplingParams& params() const { return params_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  int64_t output_tokens() const { return output_tokens_; }
+
+ private:
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+  bool HasPenalties() const;
+  bool HasFilters() const;
+  void ApplyPenalties(float* values) const;
+  double Uniform();  // [0, 1), 53 random bits
+  int32_t DrawPlain(const float* logits);
+  int32_t DrawFiltered(SamplerScratch& s);
+  void Record(int32_t token);
+
+  SamplingParams params_;
+  int32_t vocab_size_;
+  std::mt19937_64 rng_;
+  std::unique_ptr<SamplerScratch> own_scratch_;
+  // Penalty state (empty when no penalty is on).
+  std::vector<int32_t> output_count_;  // [vocab]
+  std::vector<uint8_t> in_prompt_;     // [vocab]
+  std::vector<int32_t> seen_;          // ids counted or marked, each once
+  int64_t output_tokens_ = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_MODEL_SAMPLER_H_
