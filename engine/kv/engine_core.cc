@@ -400,6 +400,9 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
         "max_step_tokens (", options.max_step_tokens,
         ") and max_sequences (", options.max_sequences, ") must be >= 1"));
   }
+  if (options.kv_memory.bytes == 0 && options.kv_memory.fraction == 0.0) {
+    options.kv_memory.fraction = 0.5;
+  }
   if (!options.available_bytes) {
     options.available_bytes = ReadMemAvailableBytes;
   }

@@ -42,7 +42,9 @@ class ThreadPool;       // kernels/thread_pool.h
 
 // Engine construction options.
 struct EngineOptions {
-  KvMemoryBudget kv_memory{.bytes = 0, .fraction = 0.5};  // --kv-memory
+  // --kv-memory: bytes or a fraction of available memory; when neither is
+  // set (the default) half of the available memory.
+  KvMemoryBudget kv_memory;
   int64_t page_size = 16;          // tokens per KV page
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
