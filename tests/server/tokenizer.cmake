@@ -4,3 +4,5 @@ pdserve_add_test(NAME tokenizer_vocab_test LABEL unit
 pdserve_add_test(NAME tokenizer_reference_test LABEL unit
   SOURCES tokenizer_reference_test.cc
   LIBS pdserve_tokenizer nlohmann_json::nlohmann_json)
+pdserve_add_test(NAME tokenizer_unicode_test LABEL unit
+  SOURCES tokenizer_unicode_test.cc LIBS pdserve_tokenizer)

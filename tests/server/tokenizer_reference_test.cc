@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/tokenizer/pretokenizer.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/server/tokenizer_test_util.h"
 
@@ -92,6 +93,25 @@ TEST(ReferenceTest, Stories260KTok512) {
   const auto cases = ReadFixture("tok512_reference.json");
   ExpectMatches(**tok, cases);
   ExpectRoundTrip(**tok, cases);
+}
+
+// Pieces from the `regex` package running each family's reference regex.
+TEST(ReferenceTest, PreTokenizersMatchTheRegexes) {
+  const std::string path =
+      std::string(PDSERVE_TESTDATA_DIR) + "/tokenizer/pretokenizer_reference.json";
+  const auto doc = nlohmann::json::parse(ReadAll(path));
+  ASSERT_GE(doc["cases"].size(), 100u);
+  for (const auto& c : doc["cases"]) {
+    auto kind = PreTokenizerFromGgufName(c["kind"].get<std::string>());
+    ASSERT_TRUE(kind.ok());
+    const std::string text = c["text"].get<std::string>();
+    std::vector<Piece> pieces;
+    PreTokenize(*kind, text, &pieces);
+    std::vector<std::string> got;
+    for (const Piece& p : pieces) got.push_back(text.substr(p.begin, p.end - p.begin));
+    EXPECT_EQ(got, c["pieces"].get<std::vector<std::string>>())
+        << c["kind"] << " '" << text << "'";
+  }
 }
 
 }  // namespace

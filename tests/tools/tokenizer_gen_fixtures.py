@@ -16,6 +16,9 @@ Writes (small JSON files, committed; CI never runs this script):
                           (run.c: dummy " " prefix, per-character lookup with
                           byte fallback id = byte + 3, then repeatedly merge the
                           best-scoring adjacent pair, leftmost on ties)
+  pretokenizer_reference.json  pieces from the `regex` package (which has
+                          \p{L} / \p{N}) running each family's reference regex
+                          on random mixed-script strings
 Every case is {"text": ..., "ids": [...]} with no BOS.
 """
 import argparse
@@ -140,6 +143,27 @@ def tok512(shared):
           [{'text': t, 'ids': llama2c_encode(t, vocab, scores)} for t in texts])
 
 
+PRE_REGEX = {
+    'gpt-2': r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    'llama-bpe': r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    'qwen2': r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+}
+
+
+def pretokenizer():
+    import regex
+    rng = random.Random(4)
+    pool = "aZé中ヅя٣5 \t\n\r\u00a0\u3000'sStTrReEvVmMlLdD.,!?\"-_#🦙\u0301"
+    texts = [''.join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(60)]
+    cases = []
+    for kind, rx in PRE_REGEX.items():
+        for t in texts:
+            pieces = regex.findall(rx, t)
+            assert ''.join(pieces) == t
+            cases.append({'kind': kind, 'text': t, 'pieces': pieces})
+    write('pretokenizer_reference.json', cases)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--shared', default=os.path.join(HERE, '..', '..', '..', 'shared'))
@@ -148,6 +172,7 @@ def main():
         'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'))
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    pretokenizer()
     qwen3(args.shared)
     smollm2(args.smollm2)
     tok512(args.shared)
