@@ -306,11 +306,14 @@ absl::Status ValidateModelConfig(const ModelConfig& c,
       return s;
     }
   }
-  if (c.num_heads % c.num_kv_heads != 0 || c.rope_dims % 2 != 0) {
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": num_heads ", c.num_heads, " is not a multiple of ",
+        "num_kv_heads ", c.num_kv_heads));
+  }
+  if (c.rope_dims % 2 != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": num_heads ", c.num_heads,
-                     " must be a multiple of ", "num_kv_heads ", c.num_kv_heads,
-                     " and rope_dims ", c.rope_dims, " must be even"));
+        absl::StrCat(source, ": rope_dims ", c.rope_dims, " must be even"));
   }
   if (!(c.rope_theta > 0) || !(c.rms_norm_eps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(

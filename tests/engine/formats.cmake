@@ -10,3 +10,8 @@ if(TARGET pdserve_loader)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/loader_test.cc
     LIBS pdserve_loader)
 endif()
+if(TARGET pdserve_loader)
+  pdserve_add_test(NAME formats_safetensors_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_safetensors_test.cc
+    LIBS pdserve_loader)
+endif()
