@@ -441,7 +441,7 @@ def check_workloads(docs, overlay):
             cmd = stop.get("command", [])
             if len(cmd) != 2 or not cmd[0].endswith("sleep"):
                 raise Failure(f"{overlay}: {name} needs a preStop sleep")
-            drain = float(flag_value(args, "drain-timeout") or
+            drain = float(flag_value(args, "drain-seconds") or
                           d["spec"]["template"]["metadata"].get(
                               "annotations", {}).get(
                               "pdserve.dev/drain-seconds", "nan"))
