@@ -125,29 +125,30 @@ double Sampler::Uniform() {
 // Temperature sampling over the whole vocabulary, no buffer: one pass for
 // the normaliser, one to find the drawn token (ids in ascending order).
 int32_t Sampler::DrawPlain(const float* logits) {
-  const double inv_t = 1.0 / params_.temperature;
+  const float inv_t = 1.0f / params_.temperature;
   float max = logits[0];
   for (int32_t i = 1; i < vocab_size_; ++i) max = std::max(max, logits[i]);
   double total = 0.0;
   for (int32_t i = 0; i < vocab_size_; ++i) {
-    total += std::exp((static_cast<double>(logits[i]) - max) * inv_t);
+    total += std::exp((logits[i] - max) * inv_t);
   }
   const double target = Uniform() * total;
   double acc = 0.0;
   for (int32_t i = 0; i < vocab_size_; ++i) {
-    acc += std::exp((static_cast<double>(logits[i]) - max) * inv_t);
+    acc += std::exp((logits[i] - max) * inv_t);
     if (acc > target) return i;
   }
   return vocab_size_ - 1;  // rounding: the mass ran out at the end
 }
 
-// s.values holds the penalised logits divided by the temperature.
+// s.values holds the unnormalised probabilities exp(z - max(z)) of the
+// penalised, tempered logits z (same order as z, computed once).
 int32_t Sampler::DrawFiltered(SamplerScratch& s) {
-  const float* v = s.values.data();
+  const float* w = s.values.data();
   int32_t* ids = s.ids.data();
   int32_t n = vocab_size_;
   for (int32_t i = 0; i < n; ++i) ids[i] = i;
-  const ByValueDesc order{v};
+  const ByValueDesc order{w};
   bool sorted = false;
   if (params_.top_k > 0 && params_.top_k < n) {
     std::nth_element(ids, ids + params_.top_k, ids + n, order);
@@ -155,16 +156,9 @@ int32_t Sampler::DrawFiltered(SamplerScratch& s) {
     std::sort(ids, ids + n, order);
     sorted = true;
   }
-  float max = v[ids[0]];
-  if (!sorted) {
-    for (int32_t i = 1; i < n; ++i) max = std::max(max, v[ids[i]]);
-  }
-  auto weight = [&](int32_t id) {
-    return std::exp(static_cast<double>(v[id]) - max);
-  };
   if (params_.top_p < 1.0f) {
     double total = 0.0;
-    for (int32_t i = 0; i < n; ++i) total += weight(ids[i]);
+    for (int32_t i = 0; i < n; ++i) total += w[ids[i]];
     const double need = params_.top_p * total;
     // Sort a growing prefix until it holds the needed mass (usually a few
     // dozen tokens), instead of sorting the whole vocabulary.
@@ -176,29 +170,29 @@ int32_t Sampler::DrawFiltered(SamplerScratch& s) {
       }
       double acc = 0.0;
       int32_t keep = 0;
-      while (keep < k && acc < need) acc += weight(ids[keep++]);
+      while (keep < k && acc < need) acc += w[ids[keep++]];
       if (acc >= need || k == n) {
         n = std::max<int32_t>(keep, 1);
         sorted = true;
         break;
       }
-      k = std::min<int64_t>(n, static_cast<int64_t>(k) * 4);
+      k = static_cast<int32_t>(std::min<int64_t>(n, int64_t{k} * 4));
     }
   }
   if (params_.min_p > 0.0f) {
-    // p_i >= min_p * p_max  <=>  exp(v_i - max) >= min_p.
+    // p_i >= min_p * p_max  <=>  w_i >= min_p (w of the max is 1).
     int32_t kept = 0;
     for (int32_t i = 0; i < n; ++i) {
-      if (weight(ids[i]) >= params_.min_p) ids[kept++] = ids[i];
+      if (w[ids[i]] >= params_.min_p) ids[kept++] = ids[i];
     }
     n = std::max<int32_t>(kept, 1);  // the max itself always passes
   }
   double total = 0.0;
-  for (int32_t i = 0; i < n; ++i) total += weight(ids[i]);
+  for (int32_t i = 0; i < n; ++i) total += w[ids[i]];
   const double target = Uniform() * total;
   double acc = 0.0;
   for (int32_t i = 0; i < n; ++i) {
-    acc += weight(ids[i]);
+    acc += w[ids[i]];
     if (acc > target) return ids[i];
   }
   return ids[n - 1];
@@ -215,7 +209,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   float raw_max = logits[0];
   for (float x : logits) raw_max = std::max(raw_max, x);
   double raw_sum = 0.0;
-  for (float x : logits) raw_sum += std::exp(static_cast<double>(x) - raw_max);
+  for (float x : logits) raw_sum += std::exp(x - raw_max);
 
   int32_t token = 0;
   const bool penalties = HasPenalties() && !seen_.empty();
@@ -244,7 +238,11 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
       token = DrawPlain(values);
     } else {
       const float inv_t = 1.0f / params_.temperature;
-      for (int32_t i = 0; i < vocab_size_; ++i) values[i] *= inv_t;
+      float max = values[0];
+      for (int32_t i = 1; i < vocab_size_; ++i) max = std::max(max, values[i]);
+      for (int32_t i = 0; i < vocab_size_; ++i) {
+        values[i] = std::exp((values[i] - max) * inv_t);
+      }
       token = DrawFiltered(*scratch);
     }
   }

@@ -53,7 +53,7 @@ class SamplerScratch {
 
  private:
   friend class Sampler;
-  std::vector<float> values;  // penalised logits / temperature
+  std::vector<float> values;  // penalised logits, then their weights
   std::vector<int32_t> ids;   // candidate ids
 };
 

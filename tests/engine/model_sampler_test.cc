@@ -188,13 +188,13 @@ TEST(SamplerTest, TopPOnALargeVocabularyMatchesBruteForce) {
   auto s = Make(p, vocab);
   SamplerScratch scratch;
   std::set<int> seen;
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 600; ++i) {
     const int t = s->Sample(logits, &scratch)->token;
     ASSERT_TRUE(nucleus.count(t)) << "token " << t << " outside the nucleus";
     seen.insert(t);
   }
   EXPECT_LT(nucleus.size(), 400u);
-  EXPECT_GT(seen.size(), nucleus.size() / 2);
+  EXPECT_GT(seen.size(), nucleus.size() / 3);
 }
 
 TEST(SamplerTest, MinPDropsTokensBelowTheScaledMax) {
