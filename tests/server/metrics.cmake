@@ -8,3 +8,14 @@ if(TARGET pdserve_metrics)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_server_test.cc
     LIBS pdserve_metrics)
 endif()
+
+# Real Prometheus scraping `pdserve serve` under a bounded load; skipped
+# (exit 77, with the reason) until `pdserve serve` exists or when Prometheus
+# or the default model is absent.
+if(TARGET pdserve)
+  add_test(NAME prometheus_scrape_test
+    COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/../integration/prometheus_scrape_test.py
+            --pdserve $<TARGET_FILE:pdserve>)
+  set_tests_properties(prometheus_scrape_test PROPERTIES
+    LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()
