@@ -1,0 +1,109 @@
+#include "server/chat/chat_template.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+namespace {
+
+using jinja::Value;
+using jinja::ValueDict;
+
+absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index) {
+  if (m.role != "system" && m.role != "user" && m.role != "assistant" &&
+      m.role != "tool") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message ", index, " has role '", m.role,
+        "'; expected system, user, assistant or tool"));
+  }
+  ValueDict d;
+  if (m.reasoning_content.has_value()) {
+    d.Set("thinking", Value::String(*m.reasoning_content));
+  }
+  d.Set("role", Value::String(m.role));
+  d.Set("content", Value::String(m.content));
+  if (m.reasoning_content.has_value()) {
+    d.Set("reasoning_content", Value::String(*m.reasoning_content));
+  }
+  if (!m.tool_calls.empty()) {
+    std::vector<Value> calls;
+    for (const ChatToolCall& c : m.tool_calls) {
+      absl::StatusOr<Value> args = Value::FromJson(c.arguments);
+      if (!args.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "message ", index, " tool call '", c.name, "': ", args.status().message()));
+      }
+      ValueDict fn;
+      fn.Set("name", Value::String(c.name));
+      fn.Set("arguments", *std::move(args));
+      ValueDict call;
+      if (!c.id.empty()) call.Set("id", Value::String(c.id));
+      call.Set("type", Value::String("function"));
+      call.Set("function", Value::Dict(std::move(fn)));
+      calls.push_back(Value::Dict(std::move(call)));
+    }
+    d.Set("tool_calls", Value::List(std::move(calls)));
+  }
+  if (m.tool_call_id.has_value()) d.Set("tool_call_id", Value::String(*m.tool_call_id));
+  if (m.name.has_value()) d.Set("name", Value::String(*m.name));
+  return Value::Dict(std::move(d));
+}
+
+}  // namespace
+
+const char ChatTemplate::kChatMlTemplate[] =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string source,
+                                                  std::string bos_token,
+                                                  std::string eos_token) {
+  bool fallback = source.empty();
+  if (fallback) source = kChatMlTemplate;
+  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(source);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported chat template: ", t.status().message()));
+  }
+  return ChatTemplate(*std::move(t), std::move(source), std::move(bos_token),
+                      std::move(eos_token), fallback);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(
+    const std::vector<ChatMessage>& messages,
+    const ChatRenderOptions& options) const {
+  ValueDict vars;
+  if (!bos_token_.empty()) vars.Set("bos_token", Value::String(bos_token_));
+  if (!eos_token_.empty()) vars.Set("eos_token", Value::String(eos_token_));
+  std::vector<Value> list;
+  list.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    absl::StatusOr<Value> m = MessageValue(messages[i], i);
+    if (!m.ok()) return m.status();
+    list.push_back(*std::move(m));
+  }
+  vars.Set("messages", Value::List(std::move(list)));
+  absl::StatusOr<Value> tools = Value::FromJson(options.tools);
+  if (!tools.ok()) return tools.status();
+  vars.Set("tools", *std::move(tools));
+  vars.Set("documents", Value::None());
+  vars.Set("add_generation_prompt", Value::Bool(options.add_generation_prompt));
+  if (options.enable_thinking.has_value()) {
+    vars.Set("enable_thinking", Value::Bool(*options.enable_thinking));
+  }
+  for (const auto& [name, json] : options.extra_variables) {
+    absl::StatusOr<Value> v = Value::FromJson(json);
+    if (!v.ok()) return v.status();
+    vars.Set(name, *std::move(v));
+  }
+  jinja::RenderOptions ro;
+  ro.limits = options.limits;
+  ro.now = options.now;
+  return template_.Render(vars, ro);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,111 @@
+// Chat templates: turns a list of chat messages into the prompt text a model
+// was trained on, by rendering the model's own Jinja template (GGUF
+// `tokenizer.chat_template` or tokenizer_config.json `chat_template`) the
+// way Hugging Face transformers' apply_chat_template(tokenize=False) does.
+//
+// The output is text: special-token strings inside it ("<|im_start|>") are
+// meant to be tokenized with special-token parsing ON, while message
+// content is only ever data to the template (never evaluated), so a user
+// typing "{{ x }}" or "<|im_end|>" gets exactly those characters in the
+// prompt; the tokenizer is what keeps user-typed special-token text from
+// becoming control tokens.
+#ifndef PDSERVE_SERVER_CHAT_CHAT_TEMPLATE_H_
+#define PDSERVE_SERVER_CHAT_CHAT_TEMPLATE_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "server/chat/jinja/template.h"
+
+namespace pdserve {
+
+// One tool call made by an assistant turn, as the template sees it:
+// {"id": id (omitted when empty), "type": "function",
+//  "function": {"name": name, "arguments": arguments}}.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  // A JSON object (templates render it with tojson) or a JSON string (the
+  // raw argument text as OpenAI clients send it; templates print it as is).
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+};
+
+// One message. The template sees a dict with keys role, content, and
+// reasoning_content / tool_calls / tool_call_id / name only when set; when
+// reasoning_content is set it is also exposed as "thinking" (as
+// transformers >= 5 does for templates that read that name).
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" or "tool"
+  std::string content;
+  std::optional<std::string> reasoning_content;
+  std::vector<ChatToolCall> tool_calls;
+  std::optional<std::string> tool_call_id;
+  std::optional<std::string> name;
+};
+
+struct ChatRenderOptions {
+  // Append the header that starts the assistant's reply.
+  bool add_generation_prompt = true;
+  // Passed to the template only when set (Qwen3: false adds an empty
+  // <think></think> block; unset and true let the model think).
+  std::optional<bool> enable_thinking;
+  // Tool JSON schemas, or null for none (the template sees `tools` = None).
+  nlohmann::ordered_json tools = nullptr;
+  // More template variables (e.g. "date_string"); they override the defaults
+  // above and the special tokens, like apply_chat_template's **kwargs.
+  std::map<std::string, nlohmann::ordered_json> extra_variables;
+  // Clock reading for templates that call strftime_now() (formatted in UTC).
+  std::optional<absl::Time> now;
+  jinja::RenderLimits limits;
+};
+
+// A compiled chat template. Immutable; Render is const and thread-safe.
+class ChatTemplate {
+ public:
+  // The template used when a model ships none: ChatML, as SmolLM2/Qwen use
+  // ("<|im_start|>{role}\n{content}<|im_end|>\n" per message, then
+  // "<|im_start|>assistant\n" for the generation prompt), without any
+  // default system prompt.
+  static const char kChatMlTemplate[];
+
+  // Parses `source` once. An empty source selects kChatMlTemplate. A
+  // template using an unsupported Jinja construct is an InvalidArgument
+  // error naming line, column and construct. `bos_token` / `eos_token` are
+  // the template variables of the same names (empty: left undefined, as
+  // transformers does for tokenizers without one).
+  static absl::StatusOr<ChatTemplate> Create(std::string source,
+                                             std::string bos_token,
+                                             std::string eos_token);
+
+  // Renders the prompt. Errors: unknown role, the template's own
+  // raise_exception (e.g. roles not alternating), undefined values the
+  // template uses, render limits; all InvalidArgument (FailedPrecondition
+  // when strftime_now is called without options.now).
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     const ChatRenderOptions& options) const;
+
+  bool is_fallback() const { return fallback_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  ChatTemplate(jinja::Template t, std::string source, std::string bos,
+               std::string eos, bool fallback)
+      : template_(std::move(t)), source_(std::move(source)),
+        bos_token_(std::move(bos)), eos_token_(std::move(eos)),
+        fallback_(fallback) {}
+
+  jinja::Template template_;
+  std::string source_;
+  std::string bos_token_;
+  std::string eos_token_;
+  bool fallback_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVER_CHAT_CHAT_TEMPLATE_H_

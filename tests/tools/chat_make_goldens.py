@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Generates the chat template golden fixtures in tests/data/chat/.
+
+Each case is rendered by Hugging Face transformers' real
+`apply_chat_template(..., tokenize=False)` (jinja2 in transformers' sandboxed
+environment: trim_blocks, lstrip_blocks, its tojson/raise_exception/
+strftime_now globals), and the C++ test (tests/server/chat_golden_test.cc)
+must reproduce every `expected` string byte for byte.
+
+Environment (once):
+    python3 -m venv V && V/bin/pip install transformers jinja2 gguf tokenizers
+  (on the project machines: /opt/pyref/venv/bin/python)
+
+Run from the repository root:
+    /opt/pyref/venv/bin/python tests/tools/chat_make_goldens.py
+
+Inputs:
+  - ../shared/tokenizers/qwen3/ (tokenizer.json + tokenizer_config.json +
+    chat_template.jinja): the tokenizer whose apply_chat_template renders all
+    cases (templates are passed explicitly with chat_template=..., and
+    bos_token / eos_token are passed as keyword arguments, which override the
+    tokenizer's own special tokens exactly as apply_chat_template documents).
+  - tests/data/chat/*.jinja: the committed template texts. smollm2.jinja is
+    `tokenizer.chat_template` from SmolLM2-135M-Instruct.Q4_1.gguf (re-read
+    here with the gguf package when the model is in the cache, and checked);
+    llama3.jinja is the public Meta-Llama-3-8B-Instruct template;
+    qwen3.jinja is a copy of the shared Qwen3 template (checked too).
+"""
+
+import json
+import os
+import sys
+
+import transformers
+from transformers import AutoTokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "tests", "data", "chat")
+SHARED_QWEN3 = os.path.join(ROOT, "..", "shared", "tokenizers", "qwen3")
+SMOLLM2_GGUF = os.path.join(
+    os.environ.get("PDSERVE_CACHE", os.path.expanduser("~/.cache/pdserve")),
+    "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def read(name):
+    with open(os.path.join(DATA, name), encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def check_fixture_templates():
+    qwen3 = read("qwen3.jinja")
+    with open(os.path.join(SHARED_QWEN3, "tokenizer_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if config["chat_template"] != qwen3:
+        sys.exit("qwen3.jinja differs from the shared tokenizer_config.json chat_template")
+    if os.path.exists(SMOLLM2_GGUF):
+        import gguf
+        reader = gguf.GGUFReader(SMOLLM2_GGUF)
+        field = reader.fields["tokenizer.chat_template"]
+        text = bytes(field.parts[field.data[0]]).decode("utf-8")
+        if text != read("smollm2.jinja"):
+            sys.exit("smollm2.jinja differs from the GGUF's tokenizer.chat_template")
+    else:
+        print("note: SmolLM2 GGUF not cached; using the committed smollm2.jinja")
+
+
+def tool_call(name, arguments, call_id=None):
+    call = {}
+    if call_id:
+        call["id"] = call_id
+    call["type"] = "function"
+    call["function"] = {"name": name, "arguments": arguments}
+    return call
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city (°C).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Zürich"},
+                "days": {"type": "integer"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+
+SYS = {"role": "system", "content": "You are a helpful assistant."}
+U1 = {"role": "user", "content": "Hello! What is 2+2?"}
+A1 = {"role": "assistant", "content": "2+2 is 4."}
+U2 = {"role": "user", "content": "And times 3?"}
+A_THINK = {"role": "assistant",
+           "content": "<think>\nThe user wants 4*3.\n</think>\n\n4 times 3 is 12."}
+A_REASON = {"role": "assistant", "content": "It is 12.",
+            "reasoning_content": "\nMultiply 4 by 3.\n"}
+TRICKY = {"role": "user",
+          "content": "Literal {{ messages }} and {% if x %}y{% endif %} and {# c #}, "
+                     "tokens <|im_end|><|im_start|>system\n and <think></think>, "
+                     "unicode: héllo 世界 😀, quotes ' \" \\ and trailing spaces   "}
+
+
+def qwen3_cases():
+    def case(name, messages, agp=True, thinking=None, tools=None):
+        c = {"name": "qwen3_" + name, "template_file": "qwen3.jinja",
+             "bos_token": "", "eos_token": "<|im_end|>", "messages": messages,
+             "add_generation_prompt": agp}
+        if thinking is not None:
+            c["enable_thinking"] = thinking
+        if tools is not None:
+            c["tools"] = tools
+        return c
+
+    tool_turns = [
+        SYS,
+        {"role": "user", "content": "Weather in Zürich and the time?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [tool_call("get_weather", {"city": "Zürich", "days": 1}, "call_1"),
+                        tool_call("get_time", "{}", "call_2")]},
+        {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "call_1"},
+        {"role": "tool", "content": "12:00", "tool_call_id": "call_2"},
+        {"role": "assistant", "content": "It is 21 °C and noon."},
+    ]
+    return [
+        case("user_only", [U1]),
+        case("system_user", [SYS, U1]),
+        case("user_no_generation_prompt", [U1], agp=False),
+        case("multi_turn", [SYS, U1, A1, U2]),
+        case("multi_turn_thinking_off", [SYS, U1, A1, U2], thinking=False),
+        case("multi_turn_thinking_on", [SYS, U1, A1, U2], thinking=True),
+        case("thinking_off_no_generation_prompt", [U1], agp=False, thinking=False),
+        case("assistant_think_in_content_last", [U1, A_THINK], agp=False),
+        case("assistant_think_in_content_history", [U1, A_THINK, U2]),
+        case("assistant_reasoning_content_last", [SYS, U1, A_REASON], agp=False),
+        case("assistant_reasoning_content_history", [SYS, U1, A_REASON, U2],
+             thinking=False),
+        case("system_only", [SYS]),
+        case("tools_defined", [SYS, U1], tools=[WEATHER_TOOL, TIME_TOOL]),
+        case("tools_no_system", [U1], tools=[TIME_TOOL]),
+        case("tool_calls_and_responses", tool_turns, agp=False,
+             tools=[WEATHER_TOOL, TIME_TOOL]),
+        case("tool_calls_then_user", tool_turns + [U2]),
+        case("tool_call_without_content",
+             [U1, {"role": "assistant", "content": "",
+                   "tool_calls": [tool_call("get_time", {})]}], agp=False),
+        case("user_tool_response_text",
+             [U1, A1, {"role": "user", "content": "<tool_response>\nok\n</tool_response>"},
+              A_THINK], agp=False),
+        case("tricky_content", [SYS, TRICKY, A_THINK, TRICKY]),
+        case("empty_content", [{"role": "user", "content": ""}]),
+    ]
+
+
+def chatml_cases(prefix, template_file, bos, eos):
+    def case(name, messages, agp=True):
+        return {"name": prefix + name, "template_file": template_file,
+                "bos_token": bos, "eos_token": eos, "messages": messages,
+                "add_generation_prompt": agp}
+    padded = {"role": "user", "content": "  \n padded message \t\n"}
+    return [
+        case("user_only", [U1]),
+        case("system_user", [SYS, U1]),
+        case("user_no_generation_prompt", [U1], agp=False),
+        case("multi_turn", [SYS, U1, A1, U2]),
+        case("multi_turn_no_system", [U1, A1, U2], agp=False),
+        case("padded_content", [SYS, padded]),
+        case("tricky_content", [TRICKY]),
+    ]
+
+
+def feature_cases():
+    msgs = [{"role": "system", "content": "  sys  "},
+            {"role": "user", "content": "Hello there, world"},
+            {"role": "assistant", "content": "ok",
+             "tool_calls": [tool_call("f", {"a": 1})]},
+            {"role": "user", "content": "Ünïcode ✓ second"}]
+    tools_msgs = [{"role": "system", "content": " Be brief. "},
+                  {"role": "user", "content": "What's the weather in Zürich?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [tool_call("get_weather", {"city": "Zürich"})]},
+                  {"role": "tool", "content": "{\"temp\": 21}"},
+                  {"role": "assistant", "content": "21 °C."},
+                  {"role": "user", "content": "Thanks"}]
+    base = {"bos_token": "<s>", "eos_token": "</s>"}
+    return [
+        dict(base, name="features_core", template_file="features_core.jinja",
+             messages=msgs, add_generation_prompt=True),
+        dict(base, name="features_tools_in_user", template_file="features_tools.jinja",
+             messages=tools_msgs, add_generation_prompt=True, tools=[WEATHER_TOOL]),
+        dict(base, name="features_tools_in_system", template_file="features_tools.jinja",
+             messages=tools_msgs, add_generation_prompt=False, tools=[WEATHER_TOOL],
+             extra={"tools_in_user_message": False, "date_string": "01 Jan 2025"}),
+        dict(base, name="features_no_tools", template_file="features_tools.jinja",
+             messages=[U1, A1, U2], add_generation_prompt=True),
+    ]
+
+
+def render(tok, case):
+    kwargs = dict(case.get("extra", {}))
+    if case["bos_token"]:
+        kwargs["bos_token"] = case["bos_token"]
+    kwargs["eos_token"] = case["eos_token"]
+    if "enable_thinking" in case:
+        kwargs["enable_thinking"] = case["enable_thinking"]
+    return tok.apply_chat_template(
+        case["messages"], tools=case.get("tools"), chat_template=read(case["template_file"]),
+        add_generation_prompt=case["add_generation_prompt"], tokenize=False, **kwargs)
+
+
+def main():
+    check_fixture_templates()
+    tok = AutoTokenizer.from_pretrained(SHARED_QWEN3)
+    groups = {
+        "qwen3_goldens.json": qwen3_cases(),
+        "smollm2_goldens.json": chatml_cases("smollm2_", "smollm2.jinja",
+                                             "<|im_start|>", "<|im_end|>"),
+        "llama3_goldens.json": chatml_cases("llama3_", "llama3.jinja",
+                                            "<|begin_of_text|>", "<|eot_id|>"),
+        "features_goldens.json": feature_cases(),
+    }
+    import jinja2
+    for filename, cases in groups.items():
+        for case in cases:
+            case["expected"] = render(tok, case)
+        doc = {"generator": "tests/tools/chat_make_goldens.py",
+               "transformers": transformers.__version__, "jinja2": jinja2.__version__,
+               "cases": cases}
+        with open(os.path.join(DATA, filename), "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        print(f"wrote {filename}: {len(cases)} cases")
+
+
+if __name__ == "__main__":
+    main()
