@@ -100,6 +100,8 @@ struct RunResult {
   double decode_tok_s = 0;
   double step_ms = 0;
   double bandwidth_gb_s = 0;
+  double forward_ms = 0;  // mean per step
+  double sample_ms = 0;
 };
 
 // Admits `batch` sequences, prefills them, then times `steps` decode steps
@@ -137,11 +139,13 @@ absl::StatusOr<RunResult> RunBatch(std::shared_ptr<const ModelWeights> model,
   if (absl::Status s = e.Step(plan, &r); !s.ok()) return s;
   for (StepPlanEntry& p : plan) p.num_tokens = 1;
   if (absl::Status s = e.Step(plan, &r); !s.ok()) return s;  // warm-up
-  int64_t bytes = 0;
+  int64_t bytes = 0, forward_ns = 0, sample_ns = 0;
   const int64_t t0 = NowNs();
   for (int i = 0; i < f.steps; ++i) {
     if (absl::Status s = e.Step(plan, &r); !s.ok()) return s;
     bytes += r.weight_bytes_read + r.kv_bytes_read + r.kv_bytes_written;
+    forward_ns += r.forward_ns;
+    sample_ns += r.sample_ns;
   }
   const int64_t t1 = NowNs();
   const double secs = (t1 - t0) * 1e-9;
@@ -149,6 +153,8 @@ absl::StatusOr<RunResult> RunBatch(std::shared_ptr<const ModelWeights> model,
   out.decode_tok_s = batch * f.steps / secs;
   out.step_ms = secs * 1e3 / f.steps;
   out.bandwidth_gb_s = bytes / secs * 1e-9;
+  out.forward_ms = forward_ns * 1e-6 / f.steps;
+  out.sample_ms = sample_ns * 1e-6 / f.steps;
 
   const EngineStats st = e.Stats();
   const KvGeometry& g = e.Geometry();
@@ -157,13 +163,15 @@ absl::StatusOr<RunResult> RunBatch(std::shared_ptr<const ModelWeights> model,
   std::printf(
       "{\"model\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"batch\": %d, "
       "\"prompt\": %d, \"decode_steps\": %d, \"decode_tok_s\": %.1f, "
-      "\"step_ms\": %.2f, \"bytes_moved_gb_s\": %.2f, "
+      "\"step_ms\": %.2f, \"forward_ms\": %.2f, \"sample_ms\": %.3f, "
+      "\"bytes_moved_gb_s\": %.2f, "
       "\"kv_tokens_written\": %lld, \"kv_bytes_per_token\": %lld, "
       "\"kv_used_pages\": %lld, \"kv_used_bytes\": %lld, "
       "\"kv_resident_bytes\": %lld, \"kv_written_bytes\": %lld, "
       "\"max_seq_len\": %lld, \"kv_capacity_bytes_if_preallocated\": %lld}\n",
       path.c_str(), MatMulIsa(), threads.num_threads(), batch, f.prompt,
-      f.steps, out.decode_tok_s, out.step_ms, out.bandwidth_gb_s,
+      f.steps, out.decode_tok_s, out.step_ms, out.forward_ms, out.sample_ms,
+      out.bandwidth_gb_s,
       static_cast<long long>(st.pool.used_tokens),
       static_cast<long long>(g.bytes_per_token),
       static_cast<long long>(st.pool.used_pages),

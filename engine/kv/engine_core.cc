@@ -75,7 +75,10 @@ class EngineCore::Impl {
     spans_.reserve(static_cast<size_t>(max_rows_));
     span_seq_.reserve(static_cast<size_t>(max_rows_));
     if (!options_.now_ns) options_.now_ns = SteadyNowNs;
-    scratch_.Reserve(static_cast<int32_t>(vocab_));
+    scratch_.resize(static_cast<size_t>(threads_->num_threads()));
+    for (SamplerScratch& sc : scratch_) sc.Reserve(static_cast<int32_t>(vocab_));
+    to_sample_.reserve(static_cast<size_t>(max_rows_));
+    sampled_.resize(static_cast<size_t>(max_rows_));
   }
 
   absl::Status Init() {
@@ -100,8 +103,11 @@ class EngineCore::Impl {
 
  private:
   absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
-  absl::Status SampleInto(EngineSequence& seq, int64_t row,
-                          SequenceStepResult& out);
+  // Samples every sequence in to_sample_ into sampled_, on all threads.
+  void SampleAll();
+  // Records a sampled token and applies the stop / length rules.
+  void Apply(EngineSequence& seq, const SampledToken& sampled,
+             SequenceStepResult& out);
   void Finish(EngineSequence& seq, FinishReason reason);
 
   std::shared_ptr<const ModelWeights> weights_;
@@ -112,7 +118,13 @@ class EngineCore::Impl {
   const int64_t vocab_;
   const int64_t max_rows_;  // logits rows: spans in one step
   std::unique_ptr<float[]> logits_;
-  SamplerScratch scratch_;
+  std::vector<SamplerScratch> scratch_;  // one per thread
+  struct SampleItem {
+    int32_t span;        // index into spans_ (and logits rows)
+    int32_t plan_index;  // index into the plan / result
+  };
+  std::vector<SampleItem> to_sample_;
+  std::vector<absl::StatusOr<SampledToken>> sampled_;
   absl::flat_hash_map<SequenceId, std::unique_ptr<EngineSequence>> seqs_;
   // Step staging, capacity fixed at construction.
   std::vector<SequenceSpan> spans_;
@@ -287,6 +299,10 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   }
   const int64_t t2 = options_.now_ns();
 
+  // Bookkeeping per span, then sampling of every sequence whose pending
+  // tokens are all processed (end of prompt, or a decode), spread over the
+  // threads (each sequence has its own Sampler; one scratch per thread).
+  to_sample_.clear();
   size_t span_index = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     SequenceStepResult& out = result->sequences[i];
@@ -304,11 +320,16 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     out.next_pos = seq.state.next_pos();
     result->tokens_processed += n;
     if (seq.available() == 0) {
-      if (absl::Status s = SampleInto(seq, span_index, out); !s.ok()) {
-        return s;
-      }
+      to_sample_.push_back({static_cast<int32_t>(span_index),
+                            static_cast<int32_t>(i)});
     }
     ++span_index;
+  }
+  SampleAll();
+  for (size_t k = 0; k < to_sample_.size(); ++k) {
+    if (!sampled_[k].ok()) return sampled_[k].status();
+    Apply(*span_seq_[to_sample_[k].span], *sampled_[k],
+          result->sequences[to_sample_[k].plan_index]);
   }
   const int64_t t3 = options_.now_ns();
 
@@ -322,28 +343,43 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   return absl::OkStatus();
 }
 
-absl::Status EngineCore::Impl::SampleInto(EngineSequence& seq, int64_t row,
-                                          SequenceStepResult& out) {
-  absl::StatusOr<SampledToken> sampled = seq.sampler->Sample(
-      absl::MakeConstSpan(logits_.get() + row * vocab_, vocab_), &scratch_);
-  if (!sampled.ok()) return sampled.status();
-  const int32_t token = sampled->token;
+void EngineCore::Impl::SampleAll() {
+  const int64_t n = static_cast<int64_t>(to_sample_.size());
+  if (n == 0) return;
+  auto sample = [this](int64_t k, int thread) {
+    const EngineSequence& seq = *span_seq_[to_sample_[k].span];
+    sampled_[k] = seq.sampler->Sample(
+        absl::MakeConstSpan(logits_.get() + to_sample_[k].span * vocab_,
+                            vocab_),
+        &scratch_[thread]);
+  };
+  if (n == 1 || threads_->num_threads() == 1) {
+    for (int64_t k = 0; k < n; ++k) sample(k, 0);
+    return;
+  }
+  const int num_threads = threads_->num_threads();
+  threads_->RunOnAll([&](int t) {
+    for (int64_t k = t; k < n; k += num_threads) sample(k, t);
+  });
+}
+
+void EngineCore::Impl::Apply(EngineSequence& seq, const SampledToken& sampled,
+                             SequenceStepResult& out) {
+  const int32_t token = sampled.token;
   out.has_token = true;
   out.token = token;
-  out.logprob = sampled->logprob;
+  out.logprob = sampled.logprob;
   seq.tokens.push_back(token);
   ++seq.generated;
   if (std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=
       seq.stop_ids.end()) {
     Finish(seq, FinishReason::kStop);
-  } else if (seq.generated >= seq.max_new_tokens ||
-             seq.state.full()) {
+  } else if (seq.generated >= seq.max_new_tokens || seq.state.full()) {
     // Full: the token cannot be fed back, a decode step would run at
     // position == max_seq_len (CheckDecodeCapacity).
     Finish(seq, FinishReason::kLength);
   }
   out.finish = seq.finish;
-  return absl::OkStatus();
 }
 
 void EngineCore::Impl::Finish(EngineSequence& seq, FinishReason reason) {
