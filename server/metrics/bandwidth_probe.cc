@@ -44,8 +44,8 @@ double TimedCopy(const char* src, char* dst, int64_t bytes, int threads) {
 }  // namespace
 
 int64_t CopyProbeBufferBytes(int64_t llc_bytes) {
-  const int64_t wanted = llc_bytes > 0 ? 4 * llc_bytes : 0;
-  return std::clamp<int64_t>(wanted, 64 * kMiB, 1024 * kMiB);
+  const int64_t wanted = llc_bytes > 0 ? 2 * llc_bytes : 0;
+  return std::clamp<int64_t>(wanted, 64 * kMiB, 256 * kMiB);
 }
 
 int64_t LastLevelCacheBytes() {

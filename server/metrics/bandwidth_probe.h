@@ -15,7 +15,7 @@ struct CopyProbeOptions {
   // Bytes per buffer (two are allocated); 0 = CopyProbeBufferBytes(LLC).
   int64_t buffer_bytes = 0;
   // Timed copies; the best (fastest) one is reported.
-  int reps = 5;
+  int reps = 3;
   // Threads copying disjoint slices at once (the engine's thread count).
   int threads = 1;
 };
@@ -29,8 +29,11 @@ struct CopyProbeResult {
   double best_seconds = 0.0;
 };
 
-// Buffer size for a probe that must miss the last-level cache: 4x the LLC
-// size, at least 64 MiB, at most 1 GiB. `llc_bytes` <= 0 means unknown.
+// Buffer size for a probe that must miss the last-level cache: 2x the LLC
+// size, at least 64 MiB, at most 256 MiB (a start-up probe must stay short:
+// 3 copies of 256 MiB take ~0.3 s at 5 GB/s). The cap still exceeds what one
+// core can cache: servers report the LLC of the whole socket (e.g. 260 MiB
+// over 8 core complexes of 32 MiB). `llc_bytes` <= 0 means unknown.
 int64_t CopyProbeBufferBytes(int64_t llc_bytes);
 
 // The last-level cache size of this machine in bytes, 0 when unknown.

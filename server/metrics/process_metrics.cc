@@ -28,6 +28,7 @@ absl::StatusOr<EngineMetricsHandle> StartEngineMetrics(
   if (flags.peak_memory_bandwidth <= 0.0) {
     CopyProbeOptions probe;
     probe.threads = flags.probe_threads < 1 ? 1 : flags.probe_threads;
+    probe.buffer_bytes = flags.probe_buffer_bytes;
     absl::StatusOr<CopyProbeResult> measured = MeasureHostCopyBandwidth(probe);
     if (!measured.ok()) return measured.status();
     options.peak_bandwidth_bytes_per_second = measured->bytes_per_second;

@@ -34,6 +34,8 @@ struct ProcessMetricsFlags {
   double peak_memory_bandwidth = 0.0;
   // Engine only: threads for the copy probe (the engine's thread count).
   int probe_threads = 1;
+  // Engine only: copy probe buffer in bytes; 0 = CopyProbeBufferBytes(LLC).
+  int64_t probe_buffer_bytes = 0;
 };
 
 struct EngineMetricsHandle {
@@ -50,8 +52,8 @@ struct FrontendMetricsHandle {
 };
 
 // Starts the engine's endpoint (process="engine"). With no configured peak it
-// runs the copy probe first (about 0.5 s for a 256 MiB buffer) and labels the
-// peak source "probe". Errors: those of MetricsServer::Start, the probe, or
+// runs the copy probe first (about 0.3-1 s with the default buffer) and
+// labels the peak source "probe". Errors: those of MetricsServer::Start, the probe, or
 // EngineMetrics::Create.
 absl::StatusOr<EngineMetricsHandle> StartEngineMetrics(
     const ProcessMetricsFlags& flags);

@@ -55,7 +55,9 @@ void RunGoldenFile(const std::string& file, int min_cases) {
   for (const Json& c : doc.at("cases")) {
     std::string name = c.at("name").get<std::string>();
     SCOPED_TRACE(name);
-    std::string source = ReadFile(DataPath(c.at("template_file").get<std::string>()));
+    std::string source = c.contains("template")
+                             ? c["template"].get<std::string>()
+                             : ReadFile(DataPath(c.at("template_file").get<std::string>()));
     ASSERT_FALSE(source.empty());
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(
         source, c.at("bos_token").get<std::string>(), c.at("eos_token").get<std::string>());
@@ -83,6 +85,8 @@ TEST(ChatGoldenTest, Qwen3) { RunGoldenFile("qwen3_goldens.json", 20); }
 TEST(ChatGoldenTest, SmolLM2ChatMl) { RunGoldenFile("smollm2_goldens.json", 7); }
 TEST(ChatGoldenTest, Llama3) { RunGoldenFile("llama3_goldens.json", 7); }
 TEST(ChatGoldenTest, InterpreterFeatures) { RunGoldenFile("features_goldens.json", 4); }
+// Whitespace control, newline handling and value formatting snippets.
+TEST(ChatGoldenTest, InterpreterSnippets) { RunGoldenFile("snippets_goldens.json", 45); }
 
 // The committed Qwen3 template is the one shipped in ../shared.
 TEST(ChatGoldenTest, Qwen3FixtureMatchesSharedTemplate) {

@@ -422,7 +422,8 @@ TEST(MetricsServerStartTest, TwoServersAndABusyPort) {
 
 TEST(ProcessMetricsTest, EngineProbesPeakWhenNoneConfigured) {
   auto probed = StartEngineMetrics({.port = 0, .vllm_compat = true,
-                                    .model_name = "m", .probe_threads = 1});
+                                    .model_name = "m", .probe_threads = 1,
+                                    .probe_buffer_bytes = 16 << 20});
   ASSERT_TRUE(probed.ok()) << probed.status();
   EXPECT_GT(probed->metrics->peak_bandwidth_bytes_per_second(), 1e8);
   const auto m = ParseSamples(HttpGet(probed->server->port(), "/metrics"));

@@ -183,11 +183,12 @@ TEST(MetricNamesTest, PrefixedUniqueWithUnitsAndHelp) {
 TEST(CopyProbeTest, BufferSizing) {
   constexpr int64_t kMiB = int64_t{1} << 20;
   EXPECT_EQ(CopyProbeBufferBytes(0), 64 * kMiB);
-  EXPECT_EQ(CopyProbeBufferBytes(32 * kMiB), 128 * kMiB);
-  EXPECT_EQ(CopyProbeBufferBytes(4096 * kMiB), 1024 * kMiB);
-  // The default buffer misses the last-level cache of this machine.
+  EXPECT_EQ(CopyProbeBufferBytes(16 * kMiB), 64 * kMiB);
+  EXPECT_EQ(CopyProbeBufferBytes(96 * kMiB), 192 * kMiB);
+  EXPECT_EQ(CopyProbeBufferBytes(4096 * kMiB), 256 * kMiB);
+  // The default buffer is at least twice this machine's LLC, up to the cap.
   const int64_t llc = LastLevelCacheBytes();
-  EXPECT_GE(CopyProbeBufferBytes(llc), std::min<int64_t>(4 * llc, 1024 * kMiB));
+  EXPECT_GE(CopyProbeBufferBytes(llc), std::min<int64_t>(2 * llc, 256 * kMiB));
 }
 
 TEST(CopyProbeTest, MeasuresAPositiveRate) {

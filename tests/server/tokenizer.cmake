@@ -6,3 +6,7 @@ pdserve_add_test(NAME tokenizer_reference_test LABEL unit
   LIBS pdserve_tokenizer nlohmann_json::nlohmann_json)
 pdserve_add_test(NAME tokenizer_unicode_test LABEL unit
   SOURCES tokenizer_unicode_test.cc LIBS pdserve_tokenizer)
+pdserve_add_test(NAME tokenizer_property_test LABEL unit
+  SOURCES tokenizer_property_test.cc LIBS pdserve_tokenizer)
+pdserve_add_test(NAME tokenizer_detokenizer_test LABEL unit
+  SOURCES tokenizer_detokenizer_test.cc LIBS pdserve_tokenizer)

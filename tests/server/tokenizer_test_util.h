@@ -4,11 +4,17 @@
 #define PDSERVE_TESTS_SERVER_TOKENIZER_TEST_UTIL_H_
 
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "server/tokenizer/tokenizer.h"
+#include "server/tokenizer/unicode.h"
 
 namespace pdserve::testing {
 
@@ -70,6 +76,50 @@ inline std::vector<VocabCase> ReadVocabCases(const std::string& gguf_path) {
   return cases;
 }
 
-}  // namespace pdserve::testing
+// A tokenizer loaded once per process (nullptr when `path` is absent).
+inline const Tokenizer* LoadCached(const std::string& path) {
+  static auto* cache = new std::map<std::string, std::unique_ptr<Tokenizer>>();
+  auto it = cache->find(path);
+  if (it != cache->end()) return it->second.get();
+  std::unique_ptr<Tokenizer> tok;
+  if (Exists(path)) {
+    auto loaded = Tokenizer::Load(path);
+    if (loaded.ok()) tok = *std::move(loaded);
+  }
+  return (*cache)[path] = std::move(tok), (*cache)[path].get();
+}
+
+// Random valid UTF-8 drawn from mixed ranges: ASCII, whitespace variety,
+// controls, Latin-1, combining marks, CJK, Hangul, emoji, any BMP and
+// astral code point (surrogates and U+2581, SentencePiece's space mark,
+// excluded).
+inline std::string RandomText(std::mt19937& rng, int max_chars) {
+  static const uint32_t kSpaces[] = {' ', '\t', '\n', '\r', 0xA0, 0x3000, 0x2003, 0x85};
+  std::uniform_int_distribution<int> len_dist(0, max_chars);
+  std::uniform_int_distribution<int> kind_dist(0, 11);
+  std::string out;
+  const int n = len_dist(rng);
+  for (int i = 0; i < n; ++i) {
+    auto in = [&](uint32_t lo, uint32_t hi) {
+      return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+    };
+    uint32_t cp;
+    switch (kind_dist(rng)) {
+      case 0: case 1: case 2: cp = in(0x20, 0x7E); break;
+      case 3: cp = kSpaces[in(0, 7)]; break;
+      case 4: cp = in(0, 0x1F); break;
+      case 5: cp = in(0xC0, 0xFF); break;
+      case 6: cp = in(0x300, 0x36F); break;
+      case 7: cp = in(0x4E00, 0x9FFF); break;
+      case 8: cp = in(0xAC00, 0xD7A3); break;
+      case 9: cp = in(0x1F300, 0x1FAFF); break;
+      case 10: cp = in(0x80, 0xFFFD); break;
+      default: cp = in(0x10000, 0x10FFFF); break;
+    }
+    if ((cp >= 0xD800 && cp < 0xE000) || cp == 0x2581) cp = 'x';
+    unicode::AppendUtf8(cp, &out);
+  }
+  return out;
+}
 
 #endif  // PDSERVE_TESTS_SERVER_TOKENIZER_TEST_UTIL_H_
