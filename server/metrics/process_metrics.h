@@ -11,6 +11,32 @@
 //   --model-name NAME          `model_name` label of the vllm:* gauges
 //   --peak-memory-bandwidth B  engine: device peak in bytes/s; 0 = measure
 //                              at start with the host copy probe
+//
+// Where each process feeds its set (all calls thread-safe, ~0.1-0.3 us):
+//   engine, after every EngineCore::Step (plan entries with num_tokens > 1 or
+//   still inside the prompt count as prefill tokens):
+//     StepStats s{.kind = ClassifyStep(prefill, decode),
+//                 .duration_seconds = result.total_ns * 1e-9,
+//                 .prefill_tokens = prefill, .decode_tokens = decode,
+//                 .batch_size = plan.size(),
+//                 .weight_bytes_read = result.weight_bytes_read,
+//                 .kv_bytes_read = result.kv_bytes_read,
+//                 .kv_bytes_written = result.kv_bytes_written};
+//     handle.metrics->RecordStep(s);   then RecordPool() from Stats().pool
+//     (total/used/free pages and tokens, sequences, linear_slots_used) plus
+//     Geometry() (page size, capacity bytes, max sequences).
+//     handle.server->SetReady(true) once the model is loaded, false on drain.
+//   scheduler, after building each plan: RecordIteration(SchedulerStats with
+//     the queue lengths and this iteration's admitted / preempted /
+//     cancelled / finished counts and planned tokens); on a refused Submit:
+//     RecordRejection(reason); SetQueue() when a submission is queued.
+//   front end, per Generate RPC: RecordRequestStart() on arrival;
+//     ObserveTokenizer() after encoding; ObserveInterTokenLatency() between
+//     streamed tokens; RecordStreamWriteStall() when a Write blocked; at the
+//     end RecordRequest({.grpc_code, .ttft_seconds (own clock), .e2e_seconds,
+//     .queue_seconds = timings.queue_ms / 1e3, .prefill_seconds =
+//     (timings.ttft_ms - timings.queue_ms) / 1e3, .decode_seconds =
+//     timings.decode_ms / 1e3, token counts, .finish_reason}).
 #ifndef PDSERVE_SERVER_METRICS_PROCESS_METRICS_H_
 #define PDSERVE_SERVER_METRICS_PROCESS_METRICS_H_
 
