@@ -669,6 +669,70 @@ def check_dockerfiles():
     return "Dockerfile.cpu and Dockerfile.cuda consistent"
 
 
+def check_selftest():
+    """The structural checks catch broken manifests: each mutation of the
+    rendered gpu overlay must be refused."""
+    base = kustomize_builtin(OVERLAYS["gpu"])
+
+    def deployment(docs, name):
+        return next(d for d in docs if d["kind"] == "Deployment" and
+                    d["metadata"]["name"] == name)
+
+    def container(docs, name):
+        return containers(deployment(docs, name))[0]
+
+    def set_arg(docs, name, flag, value):
+        c = container(docs, name)
+        c["args"] = [a for a in c["args"] if not a.startswith(f"--{flag}=")]
+        if value is not None:
+            c["args"].append(f"--{flag}={value}")
+
+    mutations = {
+        "no readiness probe": lambda d: container(d, "pdserve-engine").pop(
+            "readinessProbe"),
+        "probe on the metrics port": lambda d: container(
+            d, "pdserve-frontend")["livenessProbe"]["grpc"].update(port=9400),
+        "selector misses pod labels": lambda d: deployment(
+            d, "pdserve-scheduler")["spec"]["selector"]["matchLabels"].update(
+            tier="x"),
+        "grace shorter than drain": lambda d: pod_spec(deployment(
+            d, "pdserve-frontend")).update(terminationGracePeriodSeconds=20),
+        "no preStop": lambda d: container(d, "pdserve-engine").pop(
+            "lifecycle"),
+        "metrics on loopback": lambda d: set_arg(d, "pdserve-engine", "host",
+                                                 "127.0.0.1"),
+        "unknown flag": lambda d: set_arg(d, "pdserve-scheduler",
+                                          "no-such-flag", "1"),
+        "engine address without Service": lambda d: set_arg(
+            d, "pdserve-scheduler", "engine", "pdserve-engine:9999"),
+        "GPU engine without a GPU": lambda d: container(
+            d, "pdserve-engine")["resources"]["limits"].pop("nvidia.com/gpu"),
+        "HPA metric not served": lambda d: next(
+            x for x in d if x["kind"] == "HorizontalPodAutoscaler")["spec"][
+            "metrics"][0]["external"]["metric"].update(name="other"),
+        "PodMonitor port missing": lambda d: next(
+            x for x in d if x["kind"] == "PodMonitor")["spec"][
+            "podMetricsEndpoints"][0].update(port="http"),
+    }
+    caught = []
+    for what, mutate in mutations.items():
+        docs = copy.deepcopy(base)
+        mutate(docs)
+        try:
+            deployments, by_kind = check_workloads(docs, "gpu")
+            check_wiring(deployments, by_kind, "gpu")
+        except Failure:
+            caught.append(what)
+            continue
+        except (KeyError, StopIteration):
+            raise Failure(f"mutation {what!r} crashed the checks")
+        if what == "unknown flag" and declared_flags("scheduler") is None:
+            caught.append(what)  # nothing to check against yet
+            continue
+        raise Failure(f"mutation not caught: {what}")
+    return f"{len(caught)} broken variants refused"
+
+
 CHECKS = {
     "yamllint": check_yamllint,
     "rules": check_rules,
@@ -679,6 +743,7 @@ CHECKS = {
     "kustomize": check_kustomize,
     "schema": check_schema,
     "dockerfiles": check_dockerfiles,
+    "selftest": check_selftest,
 }
 
 

@@ -3,7 +3,7 @@
 # exit 77 = skipped because a tool is missing, the output says which).
 set(_pdserve_deploy_checks
   yamllint rules promql_names promql_syntax dashboard docs kustomize schema
-  dockerfiles)
+  dockerfiles selftest)
 foreach(check ${_pdserve_deploy_checks})
   add_test(NAME deploy_${check}
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../deploy/run_check.sh ${check})
