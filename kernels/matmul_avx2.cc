@@ -87,25 +87,34 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m256 acc[R][T];
   float accm[R][T];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       acc[r][t] = _mm256_setzero_ps();
       accm[r][t] = 0.0f;
     }
   }
   const uint8_t* xt[T];
+  #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) xt[t] = a.xq + (t0 + t) * l.tok_bytes;
   const float* sums = reinterpret_cast<const float*>(a.xq + l.sums_offset);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < l.nb; ++b) {
     __m256i xv[T];
     __m256 xs[T];
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       xv[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t] + b * 32));
       xs[t] = _mm256_broadcast_ss(reinterpret_cast<const float*>(xt[t] + l.scale_offset) + b);
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w.row(r0 + r);
+      // Fetch ahead in the weight stream (two row tiles on).
+      _mm_prefetch(reinterpret_cast<const char*>(row) + 8 * w.row_bytes +
+                       b * (w.row_bytes / l.nb),
+                   _MM_HINT_T0);
       __m256i wv;
       float dw;
       float mw = 0.0f;
@@ -125,6 +134,7 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
       }
       const __m256 ws = _mm256_set1_ps(dw);
       const __m256i wabs = kType == DType::kQ8_0 ? _mm256_abs_epi8(wv) : wv;
+      #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         __m256i dot;
         if constexpr (kType == DType::kQ8_0) {
@@ -146,7 +156,9 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
       }
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]),
                                   _mm256_extractf128_ps(acc[r][t], 1));
@@ -196,19 +208,31 @@ template <DType kType, int R, int T>
 void FloatTile(const MatMulArgs& a, const Layout&, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m256 acc[R][T];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < w.cols; i += 8) {
     const int64_t n = std::min<int64_t>(8, w.cols - i);
     __m256 xv[T];
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) xv[t] = LoadX(a.x + (t0 + t) * a.x_stride + i, n);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
+      if (i % 16 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(w.row(r0 + r)) + 8 * w.row_bytes +
+                         i * (kType == DType::kF32 ? 4 : 2),
+                     _MM_HINT_T0);
+      }
       const __m256 wv = LoadW<kType>(w.row(r0 + r), i, n);
+      #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r0 + r] = HSum(acc[r][t]);
   }
 }

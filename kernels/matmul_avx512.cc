@@ -23,12 +23,13 @@
 namespace pdserve::kernels_internal {
 namespace {
 
-constexpr int kRowTile = 4;
+constexpr int kRowTile = 4;  // at most 4: Q4_1 keeps row minima in xmm lanes
 constexpr int kTokTile = 4;
 
 // ---- Prepared-activation layout -------------------------------------------
 
 struct Layout {
+  int64_t row_bytes;   // weight row stride
   int64_t nb;          // blocks per row
   int64_t np;          // block pairs per row (nb rounded up / 2)
   int64_t tok_bytes;   // bytes per token
@@ -38,6 +39,7 @@ struct Layout {
 
 Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
   Layout l;
+  l.row_bytes = 0;
   l.nb = cols / 32;
   l.np = (l.nb + 1) / 2;
   l.tok_bytes = l.np * (type == DType::kQ4_0 ? 192 : 128);
@@ -102,6 +104,11 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
+template <DType kType>
+constexpr int64_t kBlockBytes = kType == DType::kQ8_0   ? sizeof(BlockQ8_0)
+                                : kType == DType::kQ4_0 ? sizeof(BlockQ4_0)
+                                                        : sizeof(BlockQ4_1);
+
 // Loads the nibbles of blocks b (and b+1 when `pair`) as 64 u8 values in the
 // [A_lo | B_lo | A_hi | B_hi] order.
 inline __m512i LoadNibblePair(const uint8_t* qa, const uint8_t* qb, bool pair) {
@@ -115,97 +122,156 @@ inline __m512i LoadNibblePair(const uint8_t* qa, const uint8_t* qb, bool pair) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-inline __m512 Q4PairScale(float da, float db) {
-  const __m512i idx =
-      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(da, db, 0, 0)));
+// Lanes ia and ib of v spread as [a x4 | b x4 | a x4 | b x4].
+template <int kIa, int kIb>
+inline __m512 Q4PairScale(__m128 v) {
+  const __m512i idx = _mm512_setr_epi32(kIa, kIa, kIa, kIa, kIb, kIb, kIb, kIb,
+                                        kIa, kIa, kIa, kIa, kIb, kIb, kIb, kIb);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+// The f16 scales of blocks A and B (B = 0 unless kPair) as [dA, dB, 0, 0].
+template <bool kPair>
+inline __m128 PairScales(const uint16_t* da, const uint16_t* db) {
+  __m128i h = _mm_cvtsi32_si128(*da);
+  if constexpr (kPair) h = _mm_insert_epi16(h, *db, 1);
+  return _mm_cvtph_ps(h);
+}
+
+// Q4_1 blocks A and B (B = 0 unless kPair) as [dA, mA, dB, mB].
+template <bool kPair>
+inline __m128 PairScalesMins(const BlockQ4_1* blk) {
+  uint32_t a, b = 0;
+  std::memcpy(&a, &blk[0].d, 4);
+  if constexpr (kPair) std::memcpy(&b, &blk[1].d, 4);
+  return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(a)),
+                                       static_cast<int>(b), 1));
+}
+
+// Accumulators of an R x T tile.
+template <int R, int T>
+struct QuantAcc {
+  __m512 acc[R][T];
+  __m128 accm[T];  // Q4_1: sum over blocks of m * (d_x * sum x), row lanes
+};
+
+// One block pair (or, when !kPair, the final odd block) of an R x T tile.
+template <DType kType, int R, int T, bool kPair>
+__attribute__((always_inline)) inline void QuantPairStep(
+    QuantAcc<R, T>& s, const uint8_t* const* rows, const uint8_t* const* xt,
+    const float* sums, const Layout& l, int64_t p) {
+  const int64_t b = 2 * p;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i xv[T];
+  __m512 xs[T];
+  __m512i xc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    xv[t] = _mm512_load_si512(xt[t] + p * 64);
+    xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) + p * 16);
+    if constexpr (kType == DType::kQ4_0) {
+      xc[t] = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
+    }
+  }
+  __m128 dm[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(),
+                  _mm_setzero_ps()};
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    // Fetch ahead in the weight stream (two row tiles on).
+    _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * l.row_bytes + p * 2 * kBlockBytes<kType>, _MM_HINT_T0);
+    __m512i wv;
+    __m512 ws;
+    __m512i wc = zero;
+    if constexpr (kType == DType::kQ8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+      const __m256i c = kPair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+                              : _mm256_setzero_si256();
+      wv = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+      const __m128 d = PairScales<kPair>(&blk[0].d, &blk[1].d);
+      const __m512i idx =
+          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+      ws = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+      // -(128 * sum of w) per lane cancels the +128 bias of x.
+      wc = _mm512_sub_epi32(
+          zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
+    } else if constexpr (kType == DType::kQ4_0) {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      wv = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
+      ws = Q4PairScale<0, 1>(PairScales<kPair>(&blk[0].d, &blk[1].d));
+    } else {
+      const auto* blk = reinterpret_cast<const BlockQ4_1*>(rows[r]) + b;
+      wv = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
+      dm[r] = PairScalesMins<kPair>(blk);
+      ws = Q4PairScale<0, 2>(dm[r]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512i dot;
+      if constexpr (kType == DType::kQ8_0) {
+        dot = _mm512_dpbusd_epi32(wc, xv[t], wv);
+      } else if constexpr (kType == DType::kQ4_0) {
+        dot = _mm512_dpbusd_epi32(xc[t], wv, xv[t]);
+      } else {
+        dot = _mm512_dpbusd_epi32(zero, wv, xv[t]);
+      }
+      s.acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                    _mm512_mul_ps(ws, xs[t]), s.acc[r][t]);
+    }
+  }
+  if constexpr (kType == DType::kQ4_1) {
+    // Transpose the rows' [dA, mA, dB, mB] into mA and mB over row lanes
+    // (absent rows are 0), then add m * (d_x * sum x) for each token.
+    const __m128 t0 = _mm_unpacklo_ps(dm[0], dm[1]);  // dA0 dA1 mA0 mA1
+    const __m128 t1 = _mm_unpacklo_ps(dm[2], dm[3]);
+    const __m128 ma = _mm_movehl_ps(t1, t0);          // mA0 mA1 mA2 mA3
+    const __m128 u0 = _mm_unpackhi_ps(dm[0], dm[1]);
+    const __m128 u1 = _mm_unpackhi_ps(dm[2], dm[3]);
+    const __m128 mb = _mm_movehl_ps(u1, u0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      s.accm[t] = _mm_fmadd_ps(ma, _mm_broadcast_ss(sums + b * l.ntp + t), s.accm[t]);
+      if constexpr (kPair) {
+        s.accm[t] = _mm_fmadd_ps(mb, _mm_broadcast_ss(sums + (b + 1) * l.ntp + t), s.accm[t]);
+      }
+    }
+  }
 }
 
 template <DType kType, int R, int T>
 void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
                const Layout& l, int64_t t0, float* y, int64_t y_stride) {
-  __m512 acc[R][T];
-  __m512 accm[R];
+  QuantAcc<R, T> s;
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) s.accm[t] = _mm_setzero_ps();
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    accm[r] = _mm512_setzero_ps();
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) s.acc[r][t] = _mm512_setzero_ps();
   }
   const uint8_t* xt[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) xt[t] = xq + (t0 + t) * l.tok_bytes;
+  const uint8_t* rows[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) rows[r] = w.row(r0 + r);
   const float* sums = reinterpret_cast<const float*>(xq + l.sums_offset) + t0;
-  const __mmask16 tmask = static_cast<__mmask16>((1u << T) - 1);
-  const __m512i zero = _mm512_setzero_si512();
-
-  for (int64_t p = 0; p < l.np; ++p) {
-    const int64_t b = 2 * p;
-    const bool pair = b + 1 < l.nb;
-    __m512i xv[T];
-    __m512 xs[T];
-    __m512i xc[T];
-    for (int t = 0; t < T; ++t) {
-      xv[t] = _mm512_load_si512(xt[t] + p * 64);
-      xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) + p * 16);
-      if constexpr (kType == DType::kQ4_0) {
-        xc[t] = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
-      }
-    }
-    __m512 sa, sb;
-    if constexpr (kType == DType::kQ4_1) {
-      sa = _mm512_maskz_loadu_ps(tmask, sums + b * l.ntp);
-      sb = pair ? _mm512_maskz_loadu_ps(tmask, sums + (b + 1) * l.ntp)
-                : _mm512_setzero_ps();
-    }
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* row = w.row(r0 + r);
-      __m512i wv;
-      __m512 ws;
-      __m512i wc = zero;
-      if constexpr (kType == DType::kQ8_0) {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
-        const __m256i c = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
-                               : _mm256_setzero_si256();
-        wv = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
-        const float da = Half(blk[0].d);
-        const float db = pair ? Half(blk[1].d) : 0.0f;
-        ws = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(da)),
-                                _mm256_set1_ps(db), 1);
-        // -(128 * sum of w) per lane cancels the +128 bias of x.
-        wc = _mm512_sub_epi32(
-            zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
-      } else if constexpr (kType == DType::kQ4_0) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-        wv = LoadNibblePair(blk[0].qs, pair ? blk[1].qs : nullptr, pair);
-        ws = Q4PairScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.0f);
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
-        wv = LoadNibblePair(blk[0].qs, pair ? blk[1].qs : nullptr, pair);
-        ws = Q4PairScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.0f);
-        accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(Half(blk[0].m)), sa, accm[r]);
-        if (pair) {
-          accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(Half(blk[1].m)), sb, accm[r]);
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        __m512i dot;
-        if constexpr (kType == DType::kQ8_0) {
-          dot = _mm512_dpbusd_epi32(wc, xv[t], wv);
-        } else if constexpr (kType == DType::kQ4_0) {
-          dot = _mm512_dpbusd_epi32(xc[t], wv, xv[t]);
-        } else {
-          dot = _mm512_dpbusd_epi32(zero, wv, xv[t]);
-        }
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                    _mm512_mul_ps(ws, xs[t]), acc[r][t]);
-      }
-    }
+  const int64_t full_pairs = l.nb / 2;
+  for (int64_t p = 0; p < full_pairs; ++p) {
+    QuantPairStep<kType, R, T, true>(s, rows, xt, sums, l, p);
   }
+  if (l.nb % 2 != 0) {
+    QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs);
+  }
+  alignas(16) float m[T][4];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm_store_ps(m[t], s.accm[t]);
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    alignas(64) float m[16];
-    _mm512_store_ps(m, accm[r]);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      float v = _mm512_reduce_add_ps(acc[r][t]);
-      if constexpr (kType == DType::kQ4_1) v += m[t];
+      float v = _mm512_reduce_add_ps(s.acc[r][t]);
+      if constexpr (kType == DType::kQ4_1) v += m[t][r];
       y[(t0 + t) * y_stride + r0 + r] = v;
     }
   }
@@ -231,12 +297,16 @@ template <DType kType, int R, int T>
 void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m512 acc[R][T];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   const float* xt[T];
+  #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) xt[t] = a.x + (t0 + t) * a.x_stride;
   const uint8_t* rows[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = w.row(r0 + r);
   for (int64_t i = 0; i < w.cols; i += 16) {
     const int64_t left = w.cols - i;
@@ -244,13 +314,21 @@ void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
         left >= 16 ? static_cast<__mmask16>(0xffff)
                    : static_cast<__mmask16>((1u << left) - 1);
     __m512 xv[T];
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xt[t] + i);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * w.row_bytes +
+                       i * (kType == DType::kF32 ? 4 : 2),
+                   _MM_HINT_T0);
       const __m512 wv = LoadW<kType>(rows[r], i, mask);
+      #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       a.y[(t0 + t) * a.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
     }
@@ -286,7 +364,8 @@ template <DType kType>
 void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   static constexpr auto kTable =
       TileTable<kType>(std::make_integer_sequence<int, kRowTile>());
-  const Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
+  Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
+  l.row_bytes = a.w->row_bytes;
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
     const int64_t nr = std::min<int64_t>(kRowTile, row_end - r0);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {

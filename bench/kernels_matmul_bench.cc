@@ -1,0 +1,197 @@
+// Kernel benchmarks. Run: build/bench/kernels_bench [--benchmark_filter=...]
+//   BM_StreamRead / BM_Memcpy     memory bandwidth of this machine (GB/s)
+//   BM_MatVec/<dtype>/<rows>x<cols>/threads:N   one token; GB/s of weight
+//       bytes, over enough copies of the matrix (~96 MiB, the size of the
+//       SmolLM2-135M Q4_1 model) that it is not served from L2
+//   BM_Gemm/<dtype>/<rows>x<cols>/tokens:T/threads:N   GFLOP/s (2*r*c*T)
+// PDSERVE_ISA=scalar|avx2|avx512 lowers the SIMD level.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/dtype.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+
+namespace pdserve {
+namespace {
+
+static int64_t kWorkingSet = std::getenv("KB_WS") ? std::atoll(std::getenv("KB_WS")) : 96ll << 20;
+
+// `copies` identical-shape random matrices in one allocation.
+struct Matrices {
+  std::vector<uint8_t> bytes;
+  std::vector<WeightView> views;
+};
+
+Matrices MakeMatrices(DType type, int64_t rows, int64_t cols, int copies) {
+  Matrices m;
+  const int64_t row_bytes = RowBytes(type, cols).value();
+  const int64_t mat_bytes = row_bytes * rows;
+  m.bytes.resize(mat_bytes * copies);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.1f);
+  std::vector<float> src(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : src) v = dist(rng);
+    QuantizeRow(type, src.data(), m.bytes.data() + r * row_bytes, cols);
+  }
+  for (int c = 1; c < copies; ++c) {
+    std::memcpy(m.bytes.data() + c * mat_bytes, m.bytes.data(), mat_bytes);
+  }
+  for (int c = 0; c < copies; ++c) {
+    m.views.push_back(
+        WeightView{type, rows, cols, row_bytes, m.bytes.data() + c * mat_bytes});
+  }
+  return m;
+}
+
+std::vector<float> RandomVec(int64_t n) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols,
+            int threads) {
+  const int64_t mat_bytes = RowBytes(type, cols).value() * rows;
+  const int copies =
+      static_cast<int>(std::clamp<int64_t>(kWorkingSet / mat_bytes, 1, 4096));
+  Matrices m = MakeMatrices(type, rows, cols, copies);
+  ThreadPool pool(threads);
+  std::vector<float> x = RandomVec(cols), y(rows);
+  int next = 0;
+  for (auto _ : state) {
+    MatMul(m.views[next], x.data(), cols, 1, y.data(), rows, pool);
+    benchmark::DoNotOptimize(y.data());
+    next = next + 1 == copies ? 0 : next + 1;
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(mat_bytes) * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+  state.counters["us/call"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel(MatMulIsa());
+}
+
+void Gemm(benchmark::State& state, DType type, int64_t rows, int64_t cols,
+          int64_t tokens, int threads) {
+  Matrices m = MakeMatrices(type, rows, cols, 1);
+  ThreadPool pool(threads);
+  std::vector<float> x = RandomVec(cols * tokens), y(rows * tokens);
+  for (auto _ : state) {
+    MatMul(m.views[0], x.data(), cols, tokens, y.data(), rows, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * rows * cols * tokens * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+  state.SetLabel(MatMulIsa());
+}
+
+// Reads a buffer larger than the model with the SIMD dot product (one pass,
+// split over the pool's threads): the read bandwidth a mat-vec can hope for.
+void StreamRead(benchmark::State& state, int64_t bytes, int threads) {
+  const int64_t n = bytes / 4;
+  std::vector<float> a(n, 1.0f);
+  ThreadPool pool(threads);
+  std::vector<float> partial(threads);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t lo = n * i / threads, hi = n * (i + 1) / threads;
+        // a . a touches each element once (same stream for both operands).
+        partial[i] = Dot(a.data() + lo, a.data() + lo, hi - lo);
+      }
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(bytes) * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+void Memcpy(benchmark::State& state, int64_t bytes) {
+  std::vector<uint8_t> src(bytes, 1), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  // Bytes copied (read + written = 2x this).
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(bytes) * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+constexpr Shape kShapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
+constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
+                            DType::kF16,  DType::kBF16, DType::kF32};
+
+void Register() {
+  for (int threads : {1, 2}) {
+    for (int64_t mib : {96, 1024}) {
+      benchmark::RegisterBenchmark(
+          ("BM_StreamRead/" + std::to_string(mib) + "MiB/threads:" +
+           std::to_string(threads)).c_str(),
+          [=](benchmark::State& s) { StreamRead(s, mib << 20, threads); })
+          ->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
+    }
+  }
+  benchmark::RegisterBenchmark("BM_Memcpy/96MiB", [](benchmark::State& s) {
+    Memcpy(s, 96ll << 20);
+  })->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
+  for (DType type : kTypes) {
+    for (const Shape& sh : kShapes) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string(DTypeName(type)) + "/" +
+                                 std::to_string(sh.rows) + "x" +
+                                 std::to_string(sh.cols) + "/threads:" +
+                                 std::to_string(threads);
+        benchmark::RegisterBenchmark(
+            ("BM_MatVec/" + name).c_str(),
+            [=](benchmark::State& s) { MatVec(s, type, sh.rows, sh.cols, threads); })
+            ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
+      }
+    }
+  }
+  for (DType type : kTypes) {
+    for (const Shape& sh : kShapes) {
+      for (int threads : {1, 2}) {
+        const int64_t tokens = sh.rows > 10000 ? 64 : 256;
+        benchmark::RegisterBenchmark(
+            ("BM_Gemm/" + std::string(DTypeName(type)) + "/" +
+             std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+             "/tokens:" + std::to_string(tokens) + "/threads:" +
+             std::to_string(threads)).c_str(),
+            [=](benchmark::State& s) {
+              Gemm(s, type, sh.rows, sh.cols, tokens, threads);
+            })
+            ->Unit(benchmark::kMillisecond)->MinTime(0.2)->UseRealTime();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdserve
+
+int main(int argc, char** argv) {
+  pdserve::Register();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
