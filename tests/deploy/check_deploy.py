@@ -611,8 +611,23 @@ def setup_packages():
     return set(m.group(1).split()) if m else set()
 
 
+def apt_candidates(packages):
+    """The packages apt knows no candidate for; None when apt has no lists."""
+    if not tool("apt-cache"):
+        return None
+
+    def candidate(p):
+        r = run(["apt-cache", "policy", p])
+        m = re.search(r"Candidate:\s*(\S+)", r.stdout)
+        return m and m.group(1) != "(none)"
+    if not candidate("zlib1g"):
+        return None
+    return sorted(p for p in packages if not candidate(p))
+
+
 def check_dockerfiles():
     known = setup_packages()
+    runtime_pkgs = set()
     k8s_ports = set()
     for name in ("frontend", "scheduler", "engine"):
         for d in load_yaml_docs(DEPLOY / "kubernetes" / "base" / f"{name}.yaml"):
@@ -644,6 +659,11 @@ def check_dockerfiles():
                 if stray:
                     raise Failure(f"{path}: build packages not in "
                                   f"scripts/setup.sh: {stray}")
+            if cmd == "RUN" and "apt-get install" in text and \
+                    stages[-1] == "runtime":
+                runtime_pkgs |= {w for w in re.findall(
+                    r"(?<![\w$/-])(lib[a-z0-9+.-]+|zlib1g|ca-certificates)\b",
+                    text) if "$" not in w and not w.startswith("libcublas")}
             if cmd == "EXPOSE":
                 ports = {int(p) for p in text.split()[1:]}
                 if not k8s_ports <= ports:
@@ -666,7 +686,12 @@ def check_dockerfiles():
         if "**/build" not in ignore.read_text().split():
             raise Failure(f"{ignore}: build folders must stay out of the "
                           f"context")
-    return "Dockerfile.cpu and Dockerfile.cuda consistent"
+    unknown = apt_candidates(runtime_pkgs)
+    if unknown:
+        raise Failure(f"runtime packages apt does not know: {unknown}")
+    return (f"Dockerfile.cpu and Dockerfile.cuda consistent; runtime packages "
+            f"{'checked with apt' if unknown is not None else 'not checked (no apt lists)'}: "
+            f"{sorted(runtime_pkgs)}")
 
 
 def check_selftest():
