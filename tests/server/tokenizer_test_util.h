@@ -122,4 +122,6 @@ inline std::string RandomText(std::mt19937& rng, int max_chars) {
   return out;
 }
 
+}  // namespace pdserve::testing
+
 #endif  // PDSERVE_TESTS_SERVER_TOKENIZER_TEST_UTIL_H_
