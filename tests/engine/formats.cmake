@@ -15,3 +15,8 @@ if(TARGET pdserve_loader)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_safetensors_test.cc
     LIBS pdserve_loader)
 endif()
+if(TARGET pdserve_loader)
+  pdserve_add_test(NAME formats_requantize_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_requantize_test.cc
+    LIBS pdserve_loader)
+endif()
