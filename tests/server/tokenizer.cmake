@@ -10,3 +10,7 @@ pdserve_add_test(NAME tokenizer_property_test LABEL unit
   SOURCES tokenizer_property_test.cc LIBS pdserve_tokenizer)
 pdserve_add_test(NAME tokenizer_detokenizer_test LABEL unit
   SOURCES tokenizer_detokenizer_test.cc LIBS pdserve_tokenizer)
+pdserve_add_test(NAME tokenizer_cli_test LABEL unit
+  SOURCES tokenizer_cli_test.cc
+          ${CMAKE_SOURCE_DIR}/server/cli/tokenize_command.cc
+  LIBS pdserve_tokenizer)
