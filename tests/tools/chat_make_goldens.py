@@ -199,6 +199,68 @@ def feature_cases():
     ]
 
 
+# Small inline templates pinning jinja2's whitespace control (trim_blocks,
+# lstrip_blocks, "-"/"+" modifiers), newline handling and Python value
+# formatting; `messages` holds one user message.
+SNIPPETS = [
+    ("ws_block_lines", "  {% if true %}\n  x\n  {% endif %}\n"),
+    ("ws_comment_line", "a\n  {# comment #}\nb"),
+    ("ws_vars_keep_newlines", "{{ 'a' }}\n{{ 'b' }}\n"),
+    ("ws_lstrip_only_line_start", "x  {% if true %}y{% endif %}  z"),
+    ("ws_crlf", "line1\r\nline2\r\n{% if true %}\r\nyes\r\n{% endif %}\r\n"),
+    ("ws_dash_both", "{%- if true -%}\n\n  a  \n\n{%- endif -%}\n\n b"),
+    ("ws_plus_lstrip", "\t {%+ if true %}keep{% endif %}"),
+    ("ws_plus_trim", "{% if true +%}\nkeep-newline{% endif %}"),
+    ("ws_for_lines", "{% for i in [1,2] %}\n  - {{ i }}\n{% endfor %}\n"),
+    ("ws_raw_dash", "{% raw -%}  r {{ x }}  {%- endraw %}"),
+    ("ws_comment_dash", "{#- c -#}   \n   x"),
+    ("ws_var_dash", "a {{- ' b ' -}} c"),
+    ("ws_set_block", "{% set x %}\n  inner\n{% endset %}[{{ x }}]"),
+    ("ws_trailing_newlines", "trailing\n\n"),
+    ("ws_text_then_block", "abc  {% if true %}\n  def\n{% endif %}"),
+    ("ws_comment_lstrip", "  {# c #}  \nx"),
+    ("ws_indented_body", "{% if true %}\n    indented\n{% endif %}"),
+    ("ws_unicode_space_before_tag", "x\n\u3000 {% if true %}y{% endif %}"),
+    ("macro_defaults", "{% macro m(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}{{ m('x', 'y') }}"),
+    ("unicode_trim_split", "[{{ '\u3000 x \u00a0' | trim }}]{{ ' a\u2003b '.split() }}"),
+    ("loop_prev_next", "{% for i in [1,2,3] %}{{ loop.previtem }}<{{ i }}>{{ loop.nextitem }},{% endfor %}"),
+    ("nested_loop_outer", "{% for a in [1,2] %}{% set outer = loop %}{% for b in [3,4] %}{{ outer.index }}{{ loop.index }} {% endfor %}{% endfor %}"),
+    ("repr_values", "{{ none }}|{{ true }}|{{ [none, 'a\\'b', \"x\"] }}|{{ {'k': none} }}|{{ ['tab\\there', 'nl\\n', 'both \\' \"'] }}"),
+    ("float_format", "{{ 1.0 }} {{ 1e16 }} {{ 1e15 }} {{ 123456789.125 }} {{ 0.0001 }} {{ 0.00001 }} {{ 1/3 }} {{ 2**0.5 }} {{ -0.0 }} {{ 10 / 4 }} {{ 1.5e300 * 1e10 }}"),
+    ("int_ops", "{{ 10 // 3 }} {{ -10 // 3 }} {{ 10 % -3 }} {{ 2 ** 62 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }} {{ 2 ** -2 }} {{ -2 ** 2 }}"),
+    ("tests_chain", "{{ 'a' is not none and 'b' is string }} {{ not 'x' is defined }} {{ 1 is not sameas 2 }}"),
+    ("inline_if_no_else", "{{ ('x' if false) ~ 'y' }}|{{ 'a' if true }}"),
+    ("dict_order", "{% for k in {'z': 1, 'a': 2} %}{{ k }}{% endfor %}"),
+    ("indexing", "{{ 'abc'[1] }}{{ 'h\u00e9llo'[1] }}{{ [1,2,3][-1] }}{{ 'h\u00e9llo'[1:3] }}{{ [1,2,3][5] }}{{ 'abc'[::-2] }}{{ [1,2,3,4][-3:-1] }}"),
+    ("tuple_set", "{% set a, b = 1, 2 %}{{ a }}{{ b }}"),
+    ("loop_filter_length", "{% for i in range(10) if i is even %}{{ loop.index }}/{{ loop.length }} {% endfor %}"),
+    ("namespace_found", "{% set ns = namespace(found=false) %}{% for i in [1,2,3] %}{% if i == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }}"),
+    ("loop_scoping", "{% set x = 0 %}{% for i in [1,2,3] %}[{{ x }}]{% if loop.first %}{% set x = 5 %}{% endif %}{{ x }}{% endfor %}/{{ x }}"),
+    ("tojson_scalars", "{{ 'x' | tojson }} {{ 1.5 | tojson }} {{ none | tojson }} {{ [] | tojson }} {{ {} | tojson }} {{ '\u00e9\u2028<>&' | tojson }} {{ [[]] | tojson(indent=2) }}"),
+    ("undefined_checks", "{% if x is defined %}{{ x }}{% else %}undef{% endif %}|{{ x }}|{{ x | default('d') }}|{{ x | length }}|{{ x is none }}|{% for i in x %}never{% endfor %}"),
+    ("messages_access", "{{ messages | length }} {{ messages[0]['role'] }} {{ messages[0].role|upper }} {{ messages[0].missing is defined }} {{ messages[-1].content }}"),
+    ("repetition", "{{ 3 * 'ab' }}{{ [0] * 3 }}{{ 'x' * 0 }}"),
+    ("string_methods_more", "{{ 'a,b,,c'.split(',') }} {{ 'a b'.split(' ', 5) }} {{ '  x  '.lstrip() }}| {{ 'Hello'.startswith('He') }} {{ 'abc'.count('b') }} {{ 'x'.join(['1', '2']) }} {{ '{0}-{0}'.format('r') }}"),
+    ("none_attribute", "[{{ none.x }}][{{ 'str'.nothing }}][{{ 5.x }}]"),
+    ("else_if_chain", "{% for v in [0, 1, 2] %}{% if v == 0 %}zero{% elif v == 1 %}one{% else %}many{% endif %};{% endfor %}"),
+    ("selectattr_defined", "{{ messages | selectattr('content', 'defined') | list | length }} {{ messages | map(attribute='role') | join('+') }}"),
+    ("generation_tag", "a{% generation %}gen {{ 1 }}{% endgeneration %}b"),
+    ("items_filter", "{% for k, v in {'a': 1, 'b': [2]} | items %}{{ k }}={{ v }} {% endfor %}{{ {'x': 1}.items() | list }}"),
+    ("strings_concat_adjacent", "{{ 'a' 'b' \"c\" }}"),
+    ("comparisons_mixed", "{{ 1 == true }} {{ 0 == false }} {{ 1.0 == 1 }} {{ 'a' == 'a' }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ none == none }}"),
+]
+
+
+def snippet_cases():
+    return [{"name": "snippet_" + name, "template": src, "bos_token": "<s>",
+             "eos_token": "</s>", "messages": [{"role": "user", "content": "hi there"}],
+             "add_generation_prompt": False} for name, src in SNIPPETS]
+
+
+def template_text(case):
+    return case["template"] if "template" in case else read(case["template_file"])
+
+
 def render(tok, case):
     kwargs = dict(case.get("extra", {}))
     if case["bos_token"]:
@@ -207,7 +269,7 @@ def render(tok, case):
     if "enable_thinking" in case:
         kwargs["enable_thinking"] = case["enable_thinking"]
     return tok.apply_chat_template(
-        case["messages"], tools=case.get("tools"), chat_template=read(case["template_file"]),
+        case["messages"], tools=case.get("tools"), chat_template=template_text(case),
         add_generation_prompt=case["add_generation_prompt"], tokenize=False, **kwargs)
 
 
@@ -221,6 +283,7 @@ def main():
         "llama3_goldens.json": chatml_cases("llama3_", "llama3.jinja",
                                             "<|begin_of_text|>", "<|eot_id|>"),
         "features_goldens.json": feature_cases(),
+        "snippets_goldens.json": snippet_cases(),
     }
     import jinja2
     for filename, cases in groups.items():

@@ -44,7 +44,7 @@ class Renderer {
   using Frame = absl::flat_hash_map<std::string, Value>;
 
   absl::Status Locate(int offset, absl::Status s) const {
-    if (s.ok() || absl::StartsWith(s.message(), "chat template ")) return s;
+    if (s.ok() || absl::StartsWith(s.message(), "chat template line ")) return s;
     return absl::Status(s.code(), absl::StrCat("chat template ",
                                                 DescribeOffset(t_.source, offset),
                                                 ": ", s.message()));
@@ -389,7 +389,7 @@ absl::StatusOr<Value> Renderer::CallGlobal(const Expr& e) {
   if (e.name == "raise_exception") {
     std::string msg = args.positional.empty() ? "" : args.positional[0].Str();
     return absl::InvalidArgumentError(
-        absl::StrCat("chat template raised an exception: ", msg));
+        absl::StrCat("raise_exception: ", msg));
   }
   if (e.name == "namespace" || e.name == "dict") {
     ValueDict d;
@@ -491,7 +491,10 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
     }
     case Expr::Kind::kNeg: case Expr::Kind::kPos: {
       PDJ_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
-      if (e.kind == Expr::Kind::kPos && v.is_number()) return v;
+      if (v.kind() == Value::Kind::kFloat) {
+        return Value::Float(e.kind == Expr::Kind::kNeg ? -v.as_float() : v.as_float());
+      }
+      if (e.kind == Expr::Kind::kPos && v.is_number()) return BinaryOp("+", Value::Int(0), v, 0);
       return BinaryOp("-", Value::Int(0), v, options_.limits.max_output_bytes);
     }
     case Expr::Kind::kNot: {
