@@ -176,7 +176,7 @@ absl::StatusOr<RunResult> RunBatch(std::shared_ptr<const ModelWeights> model,
       static_cast<long long>(g.bytes_per_token),
       static_cast<long long>(st.pool.used_pages),
       static_cast<long long>(st.pool.used_bytes),
-      static_cast<long long>(st.resident_bytes),
+      static_cast<long long>(e.ResidentBytes()),
       static_cast<long long>(st.pool.used_tokens * g.bytes_per_token),
       static_cast<long long>(f.max_seq_len),
       static_cast<long long>(capacity_bytes));
@@ -187,7 +187,7 @@ absl::StatusOr<RunResult> RunBatch(std::shared_ptr<const ModelWeights> model,
       "{\"model\": \"%s\", \"batch\": %d, \"after_release\": true, "
       "\"kv_used_pages\": %lld, \"kv_resident_bytes\": %lld}\n",
       path.c_str(), batch, static_cast<long long>(after.pool.used_pages),
-      static_cast<long long>(after.resident_bytes));
+      static_cast<long long>(e.ResidentBytes()));
   return out;
 }
 

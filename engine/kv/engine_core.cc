@@ -96,6 +96,7 @@ class EngineCore::Impl {
   absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
   absl::Status Release(SequenceId id);
   EngineStats Stats() const;
+  int64_t ResidentBytes() const { return pool_->ResidentBytes(); }
   absl::Span<const float> LastLogits(SequenceId id) const;
 
   const KvGeometry& geometry() const { return pool_->geometry(); }
@@ -408,7 +409,6 @@ absl::Status EngineCore::Impl::Release(SequenceId id) {
 EngineStats EngineCore::Impl::Stats() const {
   EngineStats s;
   s.pool = pool_->Stats();
-  s.resident_bytes = pool_->ResidentBytes();
   s.running = running_;
   s.finished = finished_;
   s.steps = forward_steps_;
@@ -476,6 +476,7 @@ absl::Status EngineCore::Release(SequenceId id) { return impl_->Release(id); }
 
 const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
 EngineStats EngineCore::Stats() const { return impl_->Stats(); }
+int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }
 const ModelConfig& EngineCore::model_config() const {
   return impl_->config();
 }

@@ -99,10 +99,9 @@ struct StepResult {
   int64_t kv_bytes_written = 0;   // keys and values of the new tokens
 };
 
-// Pool and sequence counters (Stats()).
+// Pool and sequence counters (Stats(); cheap, no system call).
 struct EngineStats {
   KvPoolStats pool;
-  int64_t resident_bytes = 0;  // pool memory physically resident (mincore)
   int64_t running = 0;         // live, unfinished sequences
   int64_t finished = 0;        // finished, not yet released
   int64_t steps = 0;           // Step calls that ran a forward pass
@@ -150,8 +149,11 @@ class EngineCore {
   absl::Status Release(SequenceId id);
 
   const KvGeometry& Geometry() const;
-  // Stats() measures resident memory with mincore: not for every step.
   EngineStats Stats() const;
+  // Bytes of the KV pool physically resident in memory, measured with
+  // mincore(2): grows with the tokens written and falls when sequences end.
+  // A system call over the whole mapping: for reports, not every step.
+  int64_t ResidentBytes() const;
   const ModelConfig& model_config() const;
 
   // The logits row (vocab_size floats) the last Step computed for `id`: for

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
+#include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -40,13 +40,20 @@ int64_t RoundUpToOsPage(int64_t bytes) {
 
 int64_t ResidentBytesOf(const void* addr, size_t length) {
   if (addr == nullptr || length == 0) return 0;
-  const int64_t page = OsPageBytes();
-  const size_t n = (length + page - 1) / page;
-  std::vector<unsigned char> vec(n);
-  if (mincore(const_cast<void*>(addr), length, vec.data()) != 0) return 0;
+  const size_t page = static_cast<size_t>(OsPageBytes());
+  constexpr size_t kWindow = 4096;  // OS pages per mincore call
+  unsigned char vec[kWindow];
+  const char* base = static_cast<const char*>(addr);
+  const size_t pages = (length + page - 1) / page;
   int64_t resident = 0;
-  for (unsigned char v : vec) resident += (v & 1);
-  return resident * page;
+  for (size_t first = 0; first < pages; first += kWindow) {
+    const size_t n = std::min(kWindow, pages - first);
+    if (mincore(const_cast<char*>(base + first * page), n * page, vec) != 0) {
+      return 0;
+    }
+    for (size_t i = 0; i < n; ++i) resident += (vec[i] & 1);
+  }
+  return resident * static_cast<int64_t>(page);
 }
 
 absl::StatusOr<std::unique_ptr<KvStorage>> KvStorage::Create(

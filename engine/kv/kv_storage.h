@@ -88,7 +88,7 @@ int64_t OsPageBytes();
 int64_t RoundUpToOsPage(int64_t bytes);
 
 // Bytes of [addr, addr + length) resident in physical memory (mincore).
-// `addr` must be OS-page aligned. Returns 0 on failure.
+// `addr` must be OS-page aligned. Returns 0 on failure. No heap use.
 int64_t ResidentBytesOf(const void* addr, size_t length);
 
 }  // namespace pdserve

@@ -423,7 +423,7 @@ TEST_F(EngineCoreTest, RandomScheduleReturnsAllCapacity) {
   EXPECT_EQ(end.pool.free_pages, start.pool.free_pages);
   EXPECT_EQ(end.pool.used_tokens, 0);
   EXPECT_EQ(end.running, 0);
-  EXPECT_EQ(end.resident_bytes, 0);
+  EXPECT_EQ(e->ResidentBytes(), 0);
   EXPECT_GT(end.steps, 100);
 }
 
@@ -448,7 +448,7 @@ TEST_F(EngineCoreTest, StepReportsBytesAndTimingsFromInjectedClock) {
   const int64_t per_token = (*e)->Geometry().bytes_per_token;
   EXPECT_EQ(r.kv_bytes_written, 20 * per_token);
   EXPECT_GE(r.kv_bytes_read, 20 * per_token);
-  EXPECT_GT((*e)->Stats().resident_bytes, 0);
+  EXPECT_GT((*e)->ResidentBytes(), 0);
 }
 
 }  // namespace
