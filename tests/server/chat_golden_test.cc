@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/chat_template.h"
@@ -74,6 +75,14 @@ void RunGoldenFile(const std::string& file, int min_cases) {
       }
     }
     absl::StatusOr<std::string> out = t->Render(messages, options);
+    if (c.contains("expected_error")) {  // the template's raise_exception
+      ASSERT_FALSE(out.ok());
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(out.status().message()),
+                  ::testing::HasSubstr(c["expected_error"].get<std::string>()));
+      ++n;
+      continue;
+    }
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(*out, c.at("expected").get<std::string>());
     ++n;
@@ -84,9 +93,10 @@ void RunGoldenFile(const std::string& file, int min_cases) {
 TEST(ChatGoldenTest, Qwen3) { RunGoldenFile("qwen3_goldens.json", 20); }
 TEST(ChatGoldenTest, SmolLM2ChatMl) { RunGoldenFile("smollm2_goldens.json", 7); }
 TEST(ChatGoldenTest, Llama3) { RunGoldenFile("llama3_goldens.json", 7); }
+TEST(ChatGoldenTest, Gemma) { RunGoldenFile("gemma_goldens.json", 6); }
 TEST(ChatGoldenTest, InterpreterFeatures) { RunGoldenFile("features_goldens.json", 4); }
 // Whitespace control, newline handling and value formatting snippets.
-TEST(ChatGoldenTest, InterpreterSnippets) { RunGoldenFile("snippets_goldens.json", 45); }
+TEST(ChatGoldenTest, InterpreterSnippets) { RunGoldenFile("snippets_goldens.json", 46); }
 
 // The committed Qwen3 template is the one shipped in ../shared.
 TEST(ChatGoldenTest, Qwen3FixtureMatchesSharedTemplate) {

@@ -24,6 +24,7 @@ Inputs:
     `tokenizer.chat_template` from SmolLM2-135M-Instruct.Q4_1.gguf (re-read
     here with the gguf package when the model is in the cache, and checked);
     llama3.jinja is the public Meta-Llama-3-8B-Instruct template;
+    gemma.jinja is the public gemma-7b-it / gemma-2-*-it template;
     qwen3.jinja is a copy of the shared Qwen3 template (checked too).
 """
 
@@ -31,6 +32,7 @@ import json
 import os
 import sys
 
+import jinja2
 import transformers
 from transformers import AutoTokenizer
 
@@ -172,6 +174,22 @@ def chatml_cases(prefix, template_file, bos, eos):
     ]
 
 
+def gemma_cases():
+    def case(name, messages, agp=True):
+        return {"name": "gemma_" + name, "template_file": "gemma.jinja",
+                "bos_token": "<bos>", "eos_token": "<eos>", "messages": messages,
+                "add_generation_prompt": agp}
+    return [
+        case("user_only", [U1]),
+        case("multi_turn", [U1, A1, U2]),
+        case("multi_turn_no_generation_prompt", [U1, A1], agp=False),
+        case("padded_content", [{"role": "user", "content": " \n padded \t"}]),
+        # raise_exception cases: `expected_error` holds jinja2's message.
+        case("system_rejected", [SYS, U1]),
+        case("roles_must_alternate", [U1, U2]),
+    ]
+
+
 def feature_cases():
     msgs = [{"role": "system", "content": "  sys  "},
             {"role": "user", "content": "Hello there, world"},
@@ -247,6 +265,7 @@ SNIPPETS = [
     ("generation_tag", "a{% generation %}gen {{ 1 }}{% endgeneration %}b"),
     ("items_filter", "{% for k, v in {'a': 1, 'b': [2]} | items %}{{ k }}={{ v }} {% endfor %}{{ {'x': 1}.items() | list }}"),
     ("strings_concat_adjacent", "{{ 'a' 'b' \"c\" }}"),
+    ("builtin_globals_defined", "{{ strftime_now is defined }} {{ raise_exception is defined }} {{ namespace is callable }} {{ range is defined }} {% if not strftime_now is defined %}no{% endif %}"),
     ("comparisons_mixed", "{{ 1 == true }} {{ 0 == false }} {{ 1.0 == 1 }} {{ 'a' == 'a' }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ none == none }}"),
 ]
 
@@ -282,13 +301,16 @@ def main():
                                              "<|im_start|>", "<|im_end|>"),
         "llama3_goldens.json": chatml_cases("llama3_", "llama3.jinja",
                                             "<|begin_of_text|>", "<|eot_id|>"),
+        "gemma_goldens.json": gemma_cases(),
         "features_goldens.json": feature_cases(),
         "snippets_goldens.json": snippet_cases(),
     }
-    import jinja2
     for filename, cases in groups.items():
         for case in cases:
-            case["expected"] = render(tok, case)
+            try:
+                case["expected"] = render(tok, case)
+            except jinja2.exceptions.TemplateError as e:
+                case["expected_error"] = str(e)
         doc = {"generator": "tests/tools/chat_make_goldens.py",
                "transformers": transformers.__version__, "jinja2": jinja2.__version__,
                "cases": cases}

@@ -63,6 +63,8 @@ class Renderer {
       if (f != (*it)->end()) return f->second;
     }
     if (const Value* v = globals_.Find(name)) return *v;
+    // Built-in globals are defined values too (`strftime_now is defined`).
+    if (const char* builtin = GlobalFunctionName(name)) return Value::Builtin(builtin);
     return Value::Undefined(absl::StrCat("'", name, "' is undefined"));
   }
   void Assign(const std::string& name, Value v) {
@@ -385,7 +387,9 @@ absl::StatusOr<Value> Renderer::CallMacro(const MacroDef& m, const CallArgs& arg
 absl::StatusOr<Value> Renderer::CallGlobal(const Expr& e) {
   PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 0));
   Value callee = Lookup(e.name);
-  if (callee.kind() == Value::Kind::kMacro) return CallMacro(*callee.as_macro(), args);
+  if (callee.kind() == Value::Kind::kMacro && callee.as_macro() != nullptr) {
+    return CallMacro(*callee.as_macro(), args);
+  }
   if (e.name == "raise_exception") {
     std::string msg = args.positional.empty() ? "" : args.positional[0].Str();
     return absl::InvalidArgumentError(

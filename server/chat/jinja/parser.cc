@@ -302,9 +302,13 @@ absl::StatusOr<NodePtr> Parser::ParseWith(int offset) {
 }  // namespace internal
 
 
-bool IsKnownGlobalFunction(absl::string_view name) {
-  return name == "raise_exception" || name == "namespace" || name == "range" ||
-         name == "dict" || name == "strftime_now";
+const char* GlobalFunctionName(absl::string_view name) {
+  static const char* const kNames[] = {"raise_exception", "namespace", "range",
+                                       "dict", "strftime_now"};
+  for (const char* n : kNames) {
+    if (name == n) return n;
+  }
+  return nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<ParsedTemplate>> ParseTemplate(

@@ -27,8 +27,12 @@ inline constexpr int kMaxParseDepth = 300;
 absl::StatusOr<std::unique_ptr<ParsedTemplate>> ParseTemplate(
     absl::string_view source);
 
-// The global functions templates may call (besides their own macros).
-bool IsKnownGlobalFunction(absl::string_view name);
+// The global functions templates may call (besides their own macros):
+// returns the canonical static name, or nullptr when `name` is not one.
+const char* GlobalFunctionName(absl::string_view name);
+inline bool IsKnownGlobalFunction(absl::string_view name) {
+  return GlobalFunctionName(name) != nullptr;
+}
 
 }  // namespace pdserve::jinja
 

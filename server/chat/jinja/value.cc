@@ -139,7 +139,10 @@ std::string Value::Repr() const {
       }
       return out + (kind() == Kind::kDict ? "}" : "}>");
     }
-    case Kind::kMacro: return "<Macro>";
+    case Kind::kMacro:
+      return builtin_name() != nullptr
+                 ? absl::StrCat("<built-in function ", builtin_name(), ">")
+                 : "<Macro>";
   }
   return "";
 }
@@ -179,7 +182,8 @@ bool Value::Equals(const Value& other) const {
     }
     case Kind::kNamespace:
       return &namespace_dict() == &other.namespace_dict();
-    case Kind::kMacro: return as_macro() == other.as_macro();
+    case Kind::kMacro:
+      return as_macro() == other.as_macro() && builtin_name() == other.builtin_name();
     default: return false;
   }
 }

@@ -56,8 +56,11 @@ struct NoneValue {};
 struct NamespaceRef {
   std::shared_ptr<ValueDict> dict;
 };
+// A callable: a template macro (def set) or a built-in global function
+// (builtin names it, e.g. "raise_exception"; a static string).
 struct MacroRef {
   const MacroDef* def;
+  const char* builtin;
 };
 
 // Copying a Value is cheap for containers (shared, immutable by convention
@@ -79,7 +82,8 @@ class Value {
   static Value List(std::vector<Value> items, bool tuple = false);
   static Value Dict(ValueDict dict);
   static Value Namespace(ValueDict dict);
-  static Value Macro(const MacroDef* def) { return Value(MacroRef{def}); }
+  static Value Macro(const MacroDef* def) { return Value(MacroRef{def, nullptr}); }
+  static Value Builtin(const char* name) { return Value(MacroRef{nullptr, name}); }
   // JSON -> Value; objects keep the key order of the json type's storage
   // (use nlohmann::ordered_json to keep the client's order, which tojson
   // reproduces). Nesting deeper than `max_depth` is an InvalidArgument error.
@@ -106,7 +110,9 @@ class Value {
   ValueDict& namespace_dict() const {
     return *std::get<NamespaceRef>(v_).dict;
   }
+  // Null for built-in functions.
   const MacroDef* as_macro() const { return std::get<MacroRef>(v_).def; }
+  const char* builtin_name() const { return std::get<MacroRef>(v_).builtin; }
   const std::string& undefined_hint() const {
     return std::get<UndefinedValue>(v_).hint;
   }
