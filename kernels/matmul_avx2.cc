@@ -264,11 +264,19 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   static constexpr auto kTable =
       TileTable<kType>(std::make_integer_sequence<int, kRowTile>());
   const Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
-    const int64_t nr = std::min<int64_t>(kRowTile, row_end - r0);
+  // Rows are taken in chunks of ~128 KiB of weights (L2-resident); within a
+  // chunk every token tile sweeps all row tiles, so a token tile's
+  // activations stay in L1 while the chunk's weights are re-read from L2.
+  const int64_t chunk = std::max<int64_t>(
+      kRowTile, (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
+  for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
+    const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {
       const int64_t nt = std::min<int64_t>(kTokTile, a.n_tokens - t0);
-      kTable[nr - 1][nt - 1](a, l, r0, t0);
+      for (int64_t r0 = c0; r0 < c1; r0 += kRowTile) {
+        const int64_t nr = std::min<int64_t>(kRowTile, c1 - r0);
+        kTable[nr - 1][nt - 1](a, l, r0, t0);
+      }
     }
   }
 }

@@ -53,6 +53,31 @@ int64_t PreparedBytes(DType type, int64_t cols, int64_t n_tokens) {
   return l.sums_offset + (type == DType::kQ4_1 ? l.nb * l.ntp * 4 : 0);
 }
 
+// QuantizeActBlock, vectorised (bitwise the same: max |x|, amax / 127, 1 / d,
+// x * (1 / d) rounded to nearest even): values 0..15 and 16..31 as int8 in
+// lo / hi, d and the sum of q.
+struct ActBlock {
+  __m128i lo, hi;
+  float d;
+  int32_t sum;
+};
+
+inline ActBlock QuantizeBlock(const float* x) {
+  const __m512 x0 = _mm512_loadu_ps(x);
+  const __m512 x1 = _mm512_loadu_ps(x + 16);
+  const float amax =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  ActBlock blk;
+  blk.d = amax / 127.0f;
+  const __m512 inv = _mm512_set1_ps(blk.d != 0.0f ? 1.0f / blk.d : 0.0f);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+  blk.lo = _mm512_cvtepi32_epi8(q0);
+  blk.hi = _mm512_cvtepi32_epi8(q1);
+  blk.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  return blk;
+}
+
 void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
              int64_t n_tokens, int64_t t_begin, int64_t t_end, uint8_t* xq) {
   const Layout l = MakeLayout(type, cols, n_tokens);
@@ -62,39 +87,38 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
     auto* scale = reinterpret_cast<float*>(q + l.np * 64);
     auto* corr = reinterpret_cast<int32_t*>(q + l.np * 128);
     for (int64_t p = 0; p < l.np; ++p) {
-      int8_t blk[2][32] = {};
-      float d[2] = {0.0f, 0.0f};
-      int32_t s[2] = {0, 0};
-      for (int h = 0; h < 2; ++h) {
-        const int64_t b = 2 * p + h;
-        if (b >= l.nb) break;
-        QuantizeActBlock(x + t * x_stride + b * 32, blk[h], &d[h], &s[h]);
-        if (type == DType::kQ4_1) sums[b * l.ntp + t] = d[h] * static_cast<float>(s[h]);
+      const int64_t b = 2 * p;
+      const ActBlock A = QuantizeBlock(x + t * x_stride + b * 32);
+      const ActBlock B = b + 1 < l.nb ? QuantizeBlock(x + t * x_stride + b * 32 + 32)
+                                      : ActBlock{_mm_setzero_si128(), _mm_setzero_si128(), 0.0f, 0};
+      if (type == DType::kQ4_1) {
+        sums[b * l.ntp + t] = A.d * static_cast<float>(A.sum);
+        if (b + 1 < l.nb) sums[(b + 1) * l.ntp + t] = B.d * static_cast<float>(B.sum);
       }
-      uint8_t* qp = q + p * 64;
-      float* sp = scale + p * 16;
-      if (type == DType::kQ8_0) {
-        for (int j = 0; j < 32; ++j) {
-          qp[j] = static_cast<uint8_t>(blk[0][j] + 128);
-          qp[32 + j] = static_cast<uint8_t>(blk[1][j] + 128);
-        }
-        for (int j = 0; j < 16; ++j) sp[j] = d[j / 8];
-        continue;
+      __m512i v;
+      __mmask16 b_lanes;
+      if (type == DType::kQ8_0) {  // [A0..31 | B0..31] + 128
+        v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(A.hi, A.lo)),
+            _mm256_set_m128i(B.hi, B.lo), 1);
+        v = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+        b_lanes = 0xff00;
+      } else {  // [A0..15 | B0..15 | A16..31 | B16..31]
+        v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(B.lo, A.lo)),
+            _mm256_set_m128i(B.hi, A.hi), 1);
+        b_lanes = 0xf0f0;
       }
-      // [A0..15 | B0..15 | A16..31 | B16..31]
-      for (int j = 0; j < 16; ++j) {
-        qp[j] = static_cast<uint8_t>(blk[0][j]);
-        qp[16 + j] = static_cast<uint8_t>(blk[1][j]);
-        qp[32 + j] = static_cast<uint8_t>(blk[0][16 + j]);
-        qp[48 + j] = static_cast<uint8_t>(blk[1][16 + j]);
-      }
-      for (int j = 0; j < 16; ++j) sp[j] = d[(j / 4) % 2];
-      if (type == DType::kQ4_0) {
-        for (int lane = 0; lane < 16; ++lane) {
-          int32_t sum = 0;
-          for (int j = 0; j < 4; ++j) sum += static_cast<int8_t>(qp[4 * lane + j]);
-          corr[p * 16 + lane] = -8 * sum;
-        }
+      _mm512_store_si512(q + p * 64, v);
+      _mm512_store_ps(scale + p * 16,
+                      _mm512_mask_blend_ps(b_lanes, _mm512_set1_ps(A.d),
+                                           _mm512_set1_ps(B.d)));
+      if (type == DType::kQ4_0) {  // -8 * (sum of the 4 values of each lane)
+        const __m512i eights = _mm512_set1_epi8(8);
+        _mm512_store_si512(
+            corr + p * 16,
+            _mm512_sub_epi32(_mm512_setzero_si512(),
+                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, v)));
       }
     }
   }
@@ -159,7 +183,7 @@ struct QuantAcc {
 template <DType kType, int R, int T, bool kPair>
 __attribute__((always_inline)) inline void QuantPairStep(
     QuantAcc<R, T>& s, const uint8_t* const* rows, const uint8_t* const* xt,
-    const float* sums, const Layout& l, int64_t p) {
+    const float* sums, const Layout& l, int64_t p, bool prefetch) {
   const int64_t b = 2 * p;
   const __m512i zero = _mm512_setzero_si512();
   __m512i xv[T];
@@ -178,7 +202,11 @@ __attribute__((always_inline)) inline void QuantPairStep(
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     // Fetch ahead in the weight stream (two row tiles on).
-    _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * l.row_bytes + p * 2 * kBlockBytes<kType>, _MM_HINT_T0);
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * l.row_bytes +
+                       p * 2 * kBlockBytes<kType>,
+                   _MM_HINT_T0);
+    }
     __m512i wv;
     __m512 ws;
     __m512i wc = zero;
@@ -257,11 +285,13 @@ void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
   for (int r = 0; r < R; ++r) rows[r] = w.row(r0 + r);
   const float* sums = reinterpret_cast<const float*>(xq + l.sums_offset) + t0;
   const int64_t full_pairs = l.nb / 2;
+  // Only the first token tile streams the rows in; later ones hit L1/L2.
+  const bool prefetch = t0 == 0;
   for (int64_t p = 0; p < full_pairs; ++p) {
-    QuantPairStep<kType, R, T, true>(s, rows, xt, sums, l, p);
+    QuantPairStep<kType, R, T, true>(s, rows, xt, sums, l, p, prefetch);
   }
   if (l.nb % 2 != 0) {
-    QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs);
+    QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs, prefetch);
   }
   alignas(16) float m[T][4];
 #pragma GCC unroll 8
@@ -366,11 +396,19 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
       TileTable<kType>(std::make_integer_sequence<int, kRowTile>());
   Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
   l.row_bytes = a.w->row_bytes;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
-    const int64_t nr = std::min<int64_t>(kRowTile, row_end - r0);
+  // Rows are taken in chunks of ~128 KiB of weights (L2-resident); within a
+  // chunk every token tile sweeps all row tiles, so a token tile's
+  // activations stay in L1 while the chunk's weights are re-read from L2.
+  const int64_t chunk = std::max<int64_t>(
+      kRowTile, (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
+  for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
+    const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {
       const int64_t nt = std::min<int64_t>(kTokTile, a.n_tokens - t0);
-      kTable[nr - 1][nt - 1](a, l, r0, t0);
+      for (int64_t r0 = c0; r0 < c1; r0 += kRowTile) {
+        const int64_t nr = std::min<int64_t>(kRowTile, c1 - r0);
+        kTable[nr - 1][nt - 1](a, l, r0, t0);
+      }
     }
   }
 }
