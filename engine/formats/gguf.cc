@@ -16,6 +16,12 @@ constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 
 using Type = GgufValue::Type;
 
+// Up-front reservations are capped; vectors grow past this only as real
+// elements are parsed, so a forged count cannot trigger a huge allocation.
+constexpr uint64_t kMaxReserve = uint64_t{1} << 20;
+// Longest metadata string accepted (chat templates are kilobytes).
+constexpr uint64_t kMaxStringBytes = uint64_t{1} << 28;
+
 std::string Key(std::string_view key) { return std::string(key); }
 
 // Smallest encoded size of one value of `type` (for bounding counts before
@@ -178,6 +184,11 @@ class GgufParser {
 absl::StatusOr<std::string> GgufParser::ReadString(const std::string& what) {
   absl::StatusOr<uint64_t> len = Read<uint64_t>(absl::StrCat(what, " length"));
   if (!len.ok()) return len.status();
+  if (*len > kMaxStringBytes) {
+    return Error(absl::StrCat(what, ": string length ", *len, " at offset ",
+                              pos_ - 8, " exceeds the limit of ",
+                              kMaxStringBytes, " bytes"));
+  }
   if (*len > size_ - pos_) {
     return Error(absl::StrCat("truncated ", what, ": string length ", *len,
                               " at offset ", pos_ - 8, " exceeds the ",
@@ -278,13 +289,15 @@ absl::Status GgufParser::ReadArray(const std::string& key, GgufValue& v) {
       return s;
     }
     if (v.array_type == Type::kString) {
-      if (v.strings.empty()) v.strings.reserve(*n);
+      if (v.strings.empty())
+        v.strings.reserve(std::min<uint64_t>(*n, kMaxReserve));
       v.strings.push_back(std::move(elem.s));
     } else if (elem.is_float()) {
-      if (v.floats.empty()) v.floats.reserve(*n);
+      if (v.floats.empty())
+        v.floats.reserve(std::min<uint64_t>(*n, kMaxReserve));
       v.floats.push_back(elem.f);
     } else {
-      if (v.ints.empty()) v.ints.reserve(*n);
+      if (v.ints.empty()) v.ints.reserve(std::min<uint64_t>(*n, kMaxReserve));
       v.ints.push_back(elem.i);
     }
   }
@@ -429,7 +442,7 @@ absl::Status GgufParser::Parse(GgufFile& file) {
   }
   // Each tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8
   // bytes; bound the reservation by what the file can hold.
-  file.tensors_.reserve(std::min<uint64_t>(n_tensors, (size_ - pos_) / 32));
+  file.tensors_.reserve(std::min<uint64_t>(n_tensors, kMaxReserve / 16));
   for (uint64_t k = 0; k < n_tensors; ++k) {
     if (absl::Status s = ReadTensorInfo(file, k); !s.ok()) return s;
   }

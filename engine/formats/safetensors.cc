@@ -19,6 +19,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+// The safetensors specification caps the header at 100 MB.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 // Bytes per element of the dtypes the safetensors format defines (0 when the
 // string is not one of them).
@@ -155,6 +157,11 @@ absl::Status SafetensorsModel::AddFile(const std::string& path) {
   }
   uint64_t header_len;
   std::memcpy(&header_len, file->data, 8);
+  if (header_len > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": header length ", header_len,
+                     " exceeds the format's limit of ", kMaxHeaderBytes));
+  }
   if (header_len > file->size - 8) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": header length ", header_len,

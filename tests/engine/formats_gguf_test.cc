@@ -202,7 +202,13 @@ TEST(GgufCorruptTest, HugeStringLength) {
   const uint64_t huge = uint64_t{1} << 62;
   std::memcpy(bytes.data() + len_at, &huge, 8);
   ExpectError(bytes, "huge_string.gguf",
-              {"general.architecture", "string length 4611686018427387904"});
+              {"general.architecture", "string length 4611686018427387904",
+               "exceeds the limit"});
+  const uint64_t past = 1000;
+  std::memcpy(bytes.data() + len_at, &past, 8);
+  ExpectError(bytes, "past_string.gguf",
+              {"general.architecture", "string length 1000", "exceeds the",
+               "bytes left in the file"});
 }
 
 TEST(GgufCorruptTest, HugeArrayAndCounts) {
@@ -218,7 +224,7 @@ TEST(GgufCorruptTest, HugeArrayAndCounts) {
   ExpectError(b, "huge_tensors.gguf", {"(#3)"});
   std::string c = bytes;
   std::memcpy(c.data() + 16, &huge, 8);  // metadata count
-  ExpectError(c, "huge_kv.gguf", {"truncated metadata key #"});
+  ExpectError(c, "huge_kv.gguf", {"metadata key #16"});
 }
 
 TEST(GgufCorruptTest, WrongMagicAndVersion) {
@@ -234,6 +240,16 @@ TEST(GgufCorruptTest, WrongMagicAndVersion) {
   EXPECT_EQ(file.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(file.status().message()),
               HasSubstr("unsupported GGUF version 7, expected 2 or 3"));
+}
+
+TEST(GgufTest, Version2Accepted) {
+  std::string bytes = *SmallWriter().WriteToString();
+  const uint32_t v2 = 2;
+  std::memcpy(bytes.data() + 4, &v2, 4);
+  auto file = OpenBytes(bytes, "v2.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->version(), 2u);
+  EXPECT_EQ((*file)->tensors().size(), 3u);
 }
 
 TEST(GgufCorruptTest, TensorOffsetPastEof) {
