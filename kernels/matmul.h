@@ -29,10 +29,20 @@ struct WeightView {
 // Computes y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens, o < W.rows.
 // x rows are x_stride floats apart, y rows y_stride floats apart; x and y must
 // not overlap. This is a real GEMM for n_tokens > 1: each weight block is read
-// once per call and applied to all tokens. Uses every thread of `pool`; SIMD
-// level is chosen at run time (AVX-512, AVX2+FMA, scalar). Quantized weights
-// may quantize activations to 8 bits internally (as GGML does); results then
-// differ from the f32 product by that rounding.
+// from memory once per call and applied to tiles of tokens held in registers.
+// Threads of `pool` split the output rows (never the reduction). The SIMD
+// level is chosen once at run time (AVX-512 VNNI, AVX2+FMA+F16C, scalar);
+// the environment variable PDSERVE_ISA=scalar|avx2|avx512 can lower it.
+//
+// Quantized weights (Q8_0/Q4_0/Q4_1) quantize each token's activations to
+// 8-bit blocks of 32 with an f32 scale (GGML's Q8_0/Q8_1) and use exact
+// integer dot products per block; results then differ from the f32 product by
+// that rounding: at most sum over blocks of sum|w| * amax(x_block) / 254.
+//
+// Batch invariance: y[t][o] is bitwise identical whatever n_tokens is, where
+// token t sits in the batch, and how many threads the pool has (for a given
+// SIMD level). Steady-state calls do not allocate: the activation scratch
+// grows once per calling thread and is reused.
 void MatMul(const WeightView& w, const float* x, int64_t x_stride,
             int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool);
 

@@ -50,6 +50,41 @@ int64_t PreparedBytes(DType type, int64_t cols, int64_t n_tokens) {
   return l.sums_offset + (type == DType::kQ4_1 ? l.nb * n_tokens * 4 : 0);
 }
 
+// QuantizeActBlock, vectorised (bitwise the same): writes 32 int8 to q and
+// returns d; *sum receives the sum of q.
+inline float QuantizeBlock(const float* x, int8_t* q, int32_t* sum) {
+  __m256 v[4];
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float d = _mm_cvtss_f32(m) / 127.0f;
+  const __m256 inv = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  __m256i qi[4];
+  __m256i total = _mm256_setzero_si256();
+  for (int k = 0; k < 4; ++k) {
+    qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv));
+    total = _mm256_add_epi32(total, qi[k]);
+  }
+  // int32 -> int8 (values are within [-127, 127]); packs work per 128-bit
+  // lane, the final permute restores the order.
+  const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+  const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(q), bytes);
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+  *sum = _mm_cvtsi128_si32(t);
+  return d;
+}
+
 void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
              int64_t n_tokens, int64_t t_begin, int64_t t_end, uint8_t* xq) {
   const Layout l = MakeLayout(type, cols, n_tokens);
@@ -61,13 +96,14 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
     auto* corr = reinterpret_cast<int32_t*>(base + l.corr_offset);
     for (int64_t b = 0; b < l.nb; ++b) {
       int32_t s;
-      QuantizeActBlock(x + t * x_stride + b * 32, q + b * 32, d + b, &s);
+      d[b] = QuantizeBlock(x + t * x_stride + b * 32, q + b * 32, &s);
       if (type == DType::kQ4_1) sums[b * n_tokens + t] = d[b] * static_cast<float>(s);
-      if (type == DType::kQ4_0) {
-        for (int lane = 0; lane < 8; ++lane) {
-          const int8_t* v = q + b * 32 + 4 * lane;
-          corr[b * 8 + lane] = -8 * (v[0] + v[1] + v[2] + v[3]);
-        }
+      if (type == DType::kQ4_0) {  // -8 * (sum of the 4 values of each lane)
+        const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + b * 32));
+        const __m256i s4 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(corr + b * 8),
+                           _mm256_mullo_epi32(s4, _mm256_set1_epi32(-8)));
       }
     }
   }

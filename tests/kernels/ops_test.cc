@@ -66,7 +66,9 @@ TEST(OpsTest, RopeMatchesNaiveDoubleBothStyles) {
             ASSERT_NEAR(x[i], want[i], 2e-6);
             // Against exact double angles: the f32 angle error grows with pos.
             ASSERT_NEAR(x[i], exact[i], 2e-6 + 4.0 * pos * 0x1p-24);
-            if (i % head_dim >= rot_dims) ASSERT_EQ(x[i], orig[i]);
+            if (i % head_dim >= rot_dims) {
+              ASSERT_EQ(x[i], orig[i]);
+            }
           }
         }
       }
