@@ -197,6 +197,34 @@ TEST(MatMulTest, BatchInvariantBitwise) {
   }
 }
 
+// GGML's quantizer never writes -128 into Q8_0, but a file may hold it; the
+// sign tricks of the SIMD paths must still get it right.
+TEST(MatMulTest, Q8_0ExtremeWeightsAndActivations) {
+  constexpr int64_t kRows = 5, kCols = 96, kTokens = 3;
+  std::vector<BlockQ8_0> blocks(kRows * kCols / 32);
+  std::mt19937 rng(4);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    blocks[b].d = F32ToF16(0.01f * (1 + b % 3));
+    for (int j = 0; j < 32; ++j) {
+      blocks[b].qs[j] = static_cast<int8_t>(
+          b % 2 == 0 ? -128 : static_cast<int>(rng() % 256) - 128);
+    }
+  }
+  const WeightView w{DType::kQ8_0, kRows, kCols, kCols / 32 * 34, blocks.data()};
+  // Activations of one magnitude quantize exactly to +-127.
+  std::vector<float> x(kTokens * kCols);
+  for (int64_t i = 0; i < kTokens * kCols; ++i) x[i] = (i * 7) % 3 == 0 ? -2.0f : 2.0f;
+  std::vector<float> ref(kTokens * kRows), y(kTokens * kRows);
+  MatMulReference(w, x.data(), kCols, kTokens, ref.data(), kRows);
+  ThreadPool pool(2);
+  for (const IsaKernels* k : SupportedKernels()) {
+    MatMulWith(*k, w, x.data(), kCols, kTokens, y.data(), kRows, pool);
+    for (int64_t i = 0; i < kTokens * kRows; ++i) {
+      EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-5) << k->name << " i=" << i;
+    }
+  }
+}
+
 TEST(MatMulTest, IsaNameIsOneOfTheLevels) {
   const std::string isa = MatMulIsa();
   EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512") << isa;
