@@ -37,7 +37,7 @@ Result RunTokenize(std::vector<std::string> args) {
   return r;
 }
 
-TEST(TokenizeCommandTest, PrintsIds) {
+TEST(TokenizerTokenizeCommandTest, PrintsIds) {
   ASSERT_NE(g_tokenize.run, nullptr);
   const std::string path = testing::VocabTestPath("qwen2");
   if (!testing::Exists(path)) GTEST_SKIP() << path << " absent";
@@ -52,7 +52,7 @@ TEST(TokenizeCommandTest, PrintsIds) {
   EXPECT_NE(r.out, "151645\n");
 }
 
-TEST(TokenizeCommandTest, UsageAndLoadErrors) {
+TEST(TokenizerTokenizeCommandTest, UsageAndLoadErrors) {
   ASSERT_NE(g_tokenize.run, nullptr);
   EXPECT_EQ(RunTokenize({"--", "text"}).code, 2);
   EXPECT_EQ(RunTokenize({"--bogus"}).code, 2);

@@ -38,7 +38,7 @@ std::vector<std::string> VocabPaths() {
           testing::SharedDir() + "/models/stories260K/tok512.bin"};
 }
 
-TEST(DetokenizerTest, RandomIdsConcatenateToTheFullDecode) {
+TEST(TokenizerDetokenizerTest, RandomIdsConcatenateToTheFullDecode) {
   int checked = 0;
   for (const std::string& path : VocabPaths()) {
     const Tokenizer* tok = LoadCached(path);
@@ -61,7 +61,7 @@ TEST(DetokenizerTest, RandomIdsConcatenateToTheFullDecode) {
   if (checked == 0) GTEST_SKIP() << "no shared vocabularies";
 }
 
-TEST(DetokenizerTest, EncodedTextStreamsBackUnsplit) {
+TEST(TokenizerDetokenizerTest, EncodedTextStreamsBackUnsplit) {
   int checked = 0;
   for (const std::string& path : VocabPaths()) {
     const Tokenizer* tok = LoadCached(path);
@@ -80,7 +80,7 @@ TEST(DetokenizerTest, EncodedTextStreamsBackUnsplit) {
   if (checked == 0) GTEST_SKIP() << "no shared vocabularies";
 }
 
-TEST(DetokenizerTest, MultiTokenCharactersWaitUntilComplete) {
+TEST(TokenizerDetokenizerTest, MultiTokenCharactersWaitUntilComplete) {
   for (const std::string& path : {testing::VocabTestPath("qwen2"),
                                   testing::VocabTestPath("llama-spm")}) {
     const Tokenizer* tok = LoadCached(path);
@@ -103,7 +103,7 @@ TEST(DetokenizerTest, MultiTokenCharactersWaitUntilComplete) {
   }
 }
 
-TEST(DetokenizerTest, SentencePieceLeadingSpace) {
+TEST(TokenizerDetokenizerTest, SentencePieceLeadingSpace) {
   const Tokenizer* tok = LoadCached(testing::VocabTestPath("llama-spm"));
   if (tok == nullptr) GTEST_SKIP() << "llama-spm absent";
   auto ids = tok->Encode("Hello world");
@@ -121,7 +121,7 @@ TEST(DetokenizerTest, SentencePieceLeadingSpace) {
   EXPECT_EQ(after_bos.Feed((*ids)[0]), "Hello");
 }
 
-TEST(DetokenizerTest, FinishReplacesIncompleteBytes) {
+TEST(TokenizerDetokenizerTest, FinishReplacesIncompleteBytes) {
   const Tokenizer* tok = LoadCached(testing::VocabTestPath("qwen2"));
   if (tok == nullptr) GTEST_SKIP() << "qwen2 absent";
   auto ids = tok->Encode("ok\xF0\xA0\x80\x8B");  // ok + U+2000B
@@ -139,7 +139,7 @@ TEST(DetokenizerTest, FinishReplacesIncompleteBytes) {
 // is exactly the text before the first occurrence, and at every step the
 // text held back is no longer than the longest stop string prefix (+3 bytes
 // of an incomplete character).
-TEST(DetokenizerTest, StopStringsAcrossTokensAreNeverEmitted) {
+TEST(TokenizerDetokenizerTest, StopStringsAcrossTokensAreNeverEmitted) {
   const std::vector<std::string> stops = {"\nUser:", "</answer>", "停止", "xyzzy"};
   int checked = 0;
   for (const std::string& path : VocabPaths()) {
@@ -179,7 +179,7 @@ TEST(DetokenizerTest, StopStringsAcrossTokensAreNeverEmitted) {
   if (checked == 0) GTEST_SKIP() << "no shared vocabularies";
 }
 
-TEST(DetokenizerTest, HoldsOnlyAPossibleStopPrefix) {
+TEST(TokenizerDetokenizerTest, HoldsOnlyAPossibleStopPrefix) {
   const Tokenizer* tok = LoadCached(testing::VocabTestPath("gpt-2"));
   if (tok == nullptr) GTEST_SKIP() << "gpt-2 absent";
   Detokenizer::Options options;

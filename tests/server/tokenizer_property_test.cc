@@ -2,6 +2,7 @@
 // special-token parsing on and off, stop ids, load errors.
 #include <fstream>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ std::vector<Vocab> AllVocabs() {
   };
 }
 
-TEST(PropertyTest, RandomUnicodeRoundTrips) {
+TEST(TokenizerPropertyTest, RandomUnicodeRoundTrips) {
   int checked = 0;
   for (const Vocab& v : AllVocabs()) {
     const Tokenizer* tok = LoadCached(v.path);
@@ -55,7 +56,7 @@ TEST(PropertyTest, RandomUnicodeRoundTrips) {
   if (checked == 0) GTEST_SKIP() << "no shared vocabularies";
 }
 
-TEST(PropertyTest, InvalidUtf8IsAnErrorNamingTheOffset) {
+TEST(TokenizerPropertyTest, InvalidUtf8IsAnErrorNamingTheOffset) {
   const char* kInvalid[] = {"\x80", "\xC0\x80", "\xFF", "\xED\xA0\x80",
                             "\xE4\xB8" "a", "\xF4\x90\x80\x80", "\xC3"};
   int checked = 0;
@@ -79,7 +80,33 @@ TEST(PropertyTest, InvalidUtf8IsAnErrorNamingTheOffset) {
   if (checked == 0) GTEST_SKIP() << "no shared vocabularies";
 }
 
-TEST(SpecialTokenTest, Qwen3ParsingOnAndOff) {
+// Encode is thread-safe (shared word cache): concurrent results equal the
+// single-threaded ones.
+TEST(TokenizerPropertyTest, ConcurrentEncodesAgree) {
+  const Tokenizer* tok = LoadCached(testing::VocabTestPath("qwen2"));
+  if (tok == nullptr) GTEST_SKIP() << "qwen2 absent";
+  std::mt19937 rng(3);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back(RandomText(rng, 30));
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& t : texts) expected.push_back(*tok->Encode(t));
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t j = (i * (k + 1) + rep) % texts.size();
+          if (*tok->Encode(texts[j]) != expected[j]) ++mismatches[k];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TEST(TokenizerSpecialTokenTest, Qwen3ParsingOnAndOff) {
   const Tokenizer* tok = LoadCached(testing::Qwen3JsonPath());
   if (tok == nullptr) GTEST_SKIP() << "qwen3 tokenizer.json absent";
   const std::string text = "<|im_start|>user\nhi<think>x</think><|im_end|>";
@@ -105,7 +132,7 @@ TEST(SpecialTokenTest, Qwen3ParsingOnAndOff) {
   EXPECT_EQ(tok->stop_ids(), (std::vector<int32_t>{151643, 151645}));
 }
 
-TEST(SpecialTokenTest, SentencePiecePrefixAfterSpecial) {
+TEST(TokenizerSpecialTokenTest, SentencePiecePrefixAfterSpecial) {
   const Tokenizer* tok = LoadCached(testing::VocabTestPath("llama-spm"));
   if (tok == nullptr) GTEST_SKIP() << "llama-spm absent";
   auto hello = tok->Encode("hello");
@@ -122,7 +149,7 @@ TEST(SpecialTokenTest, SentencePiecePrefixAfterSpecial) {
   EXPECT_EQ(tok->stop_ids(), (std::vector<int32_t>{2}));
 }
 
-TEST(SpecialTokenTest, Llama3StopIds) {
+TEST(TokenizerSpecialTokenTest, Llama3StopIds) {
   const Tokenizer* tok = LoadCached(testing::VocabTestPath("llama-bpe"));
   if (tok == nullptr) GTEST_SKIP() << "llama-bpe absent";
   EXPECT_EQ(tok->bos_id(), 128000);
@@ -133,7 +160,7 @@ TEST(SpecialTokenTest, Llama3StopIds) {
   EXPECT_EQ(*ids, std::vector<int32_t>{128009});
 }
 
-TEST(LoadTest, Errors) {
+TEST(TokenizerLoadTest, Errors) {
   EXPECT_EQ(Tokenizer::Load("/nonexistent/tokenizer.json").status().code(),
             absl::StatusCode::kNotFound);
   const std::string dir = ::testing::TempDir();
@@ -161,7 +188,7 @@ TEST(LoadTest, Errors) {
   EXPECT_THAT(std::string(json.status().message()), HasSubstr("Lowercase"));
 }
 
-TEST(LoadTest, MinimalTokenizerJson) {
+TEST(TokenizerLoadTest, MinimalTokenizerJson) {
   const std::string path = ::testing::TempDir() + "/mini_tokenizer.json";
   {
     std::ofstream out(path);

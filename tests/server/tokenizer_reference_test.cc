@@ -50,7 +50,7 @@ void ExpectRoundTrip(const Tokenizer& tok, const std::vector<Case>& cases) {
   }
 }
 
-TEST(ReferenceTest, Qwen3TokenizerJson) {
+TEST(TokenizerReferenceTest, Qwen3TokenizerJson) {
   const std::string path = testing::Qwen3JsonPath();
   if (!Exists(path)) GTEST_SKIP() << path << " absent";
   auto tok = Tokenizer::Load(path);
@@ -58,7 +58,7 @@ TEST(ReferenceTest, Qwen3TokenizerJson) {
   ExpectMatches(**tok, ReadFixture("qwen3_reference.json"));
 }
 
-TEST(ReferenceTest, Qwen2GgufGivesQwen3Ids) {
+TEST(TokenizerReferenceTest, Qwen2GgufGivesQwen3Ids) {
   const std::string path = testing::VocabTestPath("qwen2");
   if (!Exists(path)) GTEST_SKIP() << path << " absent";
   auto tok = Tokenizer::Load(path);
@@ -66,7 +66,7 @@ TEST(ReferenceTest, Qwen2GgufGivesQwen3Ids) {
   ExpectMatches(**tok, ReadFixture("qwen3_reference.json"));
 }
 
-TEST(ReferenceTest, SmolLm2Gguf) {
+TEST(TokenizerReferenceTest, SmolLm2Gguf) {
   const std::string path = testing::SmolLmPath();
   if (!Exists(path)) GTEST_SKIP() << path << " absent";
   auto tok = Tokenizer::Load(path);
@@ -80,7 +80,7 @@ TEST(ReferenceTest, SmolLm2Gguf) {
   EXPECT_NE((*tok)->chat_template().find("<|im_start|>"), std::string::npos);
 }
 
-TEST(ReferenceTest, Stories260KTok512) {
+TEST(TokenizerReferenceTest, Stories260KTok512) {
   const std::string path =
       testing::SharedDir() + "/models/stories260K/tok512.bin";
   if (!Exists(path)) GTEST_SKIP() << path << " absent";
@@ -96,7 +96,7 @@ TEST(ReferenceTest, Stories260KTok512) {
 }
 
 // Pieces from the `regex` package running each family's reference regex.
-TEST(ReferenceTest, PreTokenizersMatchTheRegexes) {
+TEST(TokenizerReferenceTest, PreTokenizersMatchTheRegexes) {
   const std::string path =
       std::string(PDSERVE_TESTDATA_DIR) + "/tokenizer/pretokenizer_reference.json";
   const auto doc = nlohmann::json::parse(ReadAll(path));

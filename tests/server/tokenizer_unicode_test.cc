@@ -11,7 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(Utf8Test, ValidTextPasses) {
+TEST(TokenizerUtf8Test, ValidTextPasses) {
   EXPECT_TRUE(ValidateUtf8("").ok());
   EXPECT_TRUE(ValidateUtf8("plain ascii text, long enough for 8-byte steps").ok());
   EXPECT_TRUE(ValidateUtf8("\xC2\x80 \xE0\xA0\x80 \xEF\xBF\xBF \xF0\x90\x80\x80 "
@@ -19,7 +19,7 @@ TEST(Utf8Test, ValidTextPasses) {
                   .ok());
 }
 
-TEST(Utf8Test, ErrorNamesTheByteOffset) {
+TEST(TokenizerUtf8Test, ErrorNamesTheByteOffset) {
   struct Case {
     std::string text;
     std::string offset;
@@ -38,7 +38,7 @@ TEST(Utf8Test, ErrorNamesTheByteOffset) {
   }
 }
 
-TEST(Utf8Test, ReplacementFollowsMaximalSubparts) {
+TEST(TokenizerUtf8Test, ReplacementFollowsMaximalSubparts) {
   EXPECT_EQ(ReplaceInvalidUtf8("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");
   EXPECT_EQ(ReplaceInvalidUtf8("\xC0\xAF"), "\uFFFD\uFFFD");
   EXPECT_EQ(ReplaceInvalidUtf8("a\xF0\x9F\x98"), "a\uFFFD");
@@ -47,7 +47,7 @@ TEST(Utf8Test, ReplacementFollowsMaximalSubparts) {
   EXPECT_EQ(ReplaceInvalidUtf8("ok \xE4\xB8\xAD"), "ok \xE4\xB8\xAD");
 }
 
-TEST(FlagsTest, Classes) {
+TEST(TokenizerFlagsTest, Classes) {
   EXPECT_EQ(Flags('a'), kLetter);
   EXPECT_EQ(Flags('5'), kNumber);
   EXPECT_EQ(Flags(' '), kSpace);
@@ -64,7 +64,7 @@ TEST(FlagsTest, Classes) {
   EXPECT_EQ(Flags(0x110000), 0);
 }
 
-TEST(NfcTest, ComposesReordersAndMapsSingletons) {
+TEST(TokenizerNfcTest, ComposesReordersAndMapsSingletons) {
   EXPECT_EQ(ToNfc("e\xCC\x81"), "\xC3\xA9");                       // é
   EXPECT_EQ(ToNfc("\xE2\x84\xAB"), "\xC3\x85");                    // Å sign
   EXPECT_EQ(ToNfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");
@@ -77,7 +77,7 @@ TEST(NfcTest, ComposesReordersAndMapsSingletons) {
   EXPECT_FALSE(IsNfcQuick("e\xCC\x81"));
 }
 
-TEST(PreTokenizerTest, NamesAndRegexes) {
+TEST(TokenizerPreTokenizerTest, NamesAndRegexes) {
   EXPECT_EQ(*PreTokenizerFromGgufName("qwen2"), PreTokenizerKind::kQwen2);
   EXPECT_EQ(*PreTokenizerFromGgufName("llama-bpe"), PreTokenizerKind::kLlama3);
   EXPECT_EQ(*PreTokenizerFromGgufName("smollm"), PreTokenizerKind::kSmolLM);
@@ -96,7 +96,7 @@ std::vector<std::string> Split(PreTokenizerKind kind, std::string_view text) {
   return out;
 }
 
-TEST(PreTokenizerTest, RegexSemantics) {
+TEST(TokenizerPreTokenizerTest, RegexSemantics) {
   using V = std::vector<std::string>;
   EXPECT_EQ(Split(PreTokenizerKind::kGpt2, "I'll  go\t1234 x!!"),
             (V{"I", "'ll", " ", " go", "\t", "1234", " x", "!!"}));

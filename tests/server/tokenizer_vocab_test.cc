@@ -16,9 +16,9 @@ using ::pdserve::testing::Exists;
 using ::pdserve::testing::ReadVocabCases;
 using ::pdserve::testing::VocabTestPath;
 
-class VocabTest : public ::testing::TestWithParam<std::string> {};
+class TokenizerVocabTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(VocabTest, MatchesReferenceIdsAndRoundTrips) {
+TEST_P(TokenizerVocabTest, MatchesReferenceIdsAndRoundTrips) {
   const std::string path = VocabTestPath(GetParam());
   if (!Exists(path)) GTEST_SKIP() << path << " absent";
   auto tok = Tokenizer::Load(path);
@@ -34,7 +34,7 @@ TEST_P(VocabTest, MatchesReferenceIdsAndRoundTrips) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
+INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest,
                          ::testing::Values("qwen2", "gpt-2", "llama-bpe",
                                            "llama-spm"),
                          [](const auto& info) {
@@ -43,7 +43,7 @@ INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
                            return n;
                          });
 
-TEST(Qwen3JsonTest, SameIdsAsQwen2Gguf) {
+TEST(TokenizerQwen3JsonTest, SameIdsAsQwen2Gguf) {
   const std::string gguf = VocabTestPath("qwen2");
   const std::string json = testing::Qwen3JsonPath();
   if (!Exists(gguf) || !Exists(json)) GTEST_SKIP() << "shared data absent";
