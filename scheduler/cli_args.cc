@@ -1,6 +1,11 @@
 #include "scheduler/cli_args.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/numbers.h"
+#include "nlohmann/json.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -83,6 +88,67 @@ absl::StatusOr<double> CliArgs::Double(const std::string& name,
         absl::StrFormat("--%s: '%s' is not a number", name, it->second));
   }
   return v;
+}
+
+absl::Status CliArgs::ApplyConfigJson(const std::string& json_text,
+                                      const std::string& section,
+                                      const std::vector<FlagSpec>& specs) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError("config: the document must be an object");
+  }
+  for (const std::string& part : {section, std::string("common")}) {
+    if (!doc.contains(part)) continue;
+    const nlohmann::json& obj = doc[part];
+    if (!obj.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: \"", part, "\" must be an object"));
+    }
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      const FlagSpec* spec = nullptr;
+      for (const auto& s : specs) {
+        if (s.name == it.key()) spec = &s;
+      }
+      if (spec == nullptr) {
+        if (part == "common") continue;  // common keys other commands use
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config: unknown key \"", it.key(), "\" in \"", part, "\""));
+      }
+      const nlohmann::json& v = it.value();
+      if (!spec->takes_value) {
+        if (v.is_boolean() && v.get<bool>()) SetDefault(it.key(), "1");
+      } else if (v.is_string()) {
+        SetDefault(it.key(), v.get<std::string>());
+      } else if (!v.is_null()) {
+        SetDefault(it.key(), v.dump());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CliArgs::ApplyConfigFile(const std::string& section,
+                                      const std::vector<FlagSpec>& specs) {
+  std::string path = String("config", "");
+  if (path.empty()) {
+    const char* env = std::getenv("PDSERVE_CONFIG");
+    if (env != nullptr) path = env;
+  }
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::Status s = ApplyConfigJson(ss.str(), section, specs);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pdserve::cli

@@ -45,6 +45,17 @@ class CliArgs {
   void SetDefault(const std::string& name, const std::string& value) {
     values_.emplace(name, value);
   }
+  // Applies a JSON config document: the members of `section` (an object
+  // whose keys are flag names) and of "common" become defaults for flags
+  // the command line did not set. Only keys in `specs` are taken; others
+  // are INVALID_ARGUMENT naming the key, as is malformed JSON.
+  absl::Status ApplyConfigJson(const std::string& json_text,
+                               const std::string& section,
+                               const std::vector<FlagSpec>& specs);
+  // Reads --config FILE (or $PDSERVE_CONFIG when set) and applies it; no-op
+  // when neither is given. NOT_FOUND when the file cannot be read.
+  absl::Status ApplyConfigFile(const std::string& section,
+                               const std::vector<FlagSpec>& specs);
 
  private:
   bool help_ = false;

@@ -1,0 +1,119 @@
+#include "engine/service/engine_service.h"
+
+#include <unistd.h>
+
+#include "engine/model/sampler.h"
+#include "proto/rpc_util.h"
+
+namespace pdserve::service {
+
+SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty =
+      p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.seed = p.has_seed() ? p.seed() : 0;
+  return s;
+}
+
+EngineServiceImpl::EngineServiceImpl(EngineCore* core, std::string model_name,
+                                     std::string backend)
+    : core_(core),
+      model_name_(std::move(model_name)),
+      backend_(std::move(backend)) {}
+
+grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
+                                        const v1::GetInfoRequest*,
+                                        v1::EngineInfo* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const KvGeometry& g = core_->Geometry();
+  const EngineStats stats = core_->Stats();
+  const ModelConfig& config = core_->model_config();
+  resp->set_model(model_name_);
+  resp->set_vocab_size(static_cast<int32_t>(config.vocab_size));
+  resp->set_max_seq_len(static_cast<int32_t>(
+      std::min<int64_t>(g.max_context, g.total_tokens)));
+  resp->set_page_size(static_cast<int32_t>(g.page_size));
+  resp->set_total_pages(stats.pool.total_pages);
+  resp->set_free_pages(stats.pool.free_pages);
+  resp->set_max_batch(static_cast<int32_t>(g.max_sequences));
+  resp->set_active_sequences(static_cast<int32_t>(stats.pool.sequences));
+  resp->set_steps(stats.steps);
+  resp->set_eos_id(config.eos_token_id);
+  resp->set_backend(backend_);
+  resp->set_pid(getpid());
+  return grpc::Status::OK;
+}
+
+grpc::Status EngineServiceImpl::AddSequence(grpc::ServerContext*,
+                                            const v1::AddSequenceRequest* req,
+                                            v1::AddSequenceResponse*) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rpc::ToGrpc(core_->AddSequence(
+      req->seq_id(),
+      absl::MakeConstSpan(req->prompt_ids().data(), req->prompt_ids_size()),
+      req->max_seq_len(), ToSamplingParams(req->sampling()),
+      absl::MakeConstSpan(req->stop_ids().data(), req->stop_ids_size()),
+      req->max_new_tokens()));
+}
+
+namespace {
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+}  // namespace
+
+grpc::Status EngineServiceImpl::Step(grpc::ServerContext*,
+                                     const v1::StepRequest* req,
+                                     v1::StepResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_.clear();
+  for (const v1::StepItem& item : req->items()) {
+    plan_.push_back({item.seq_id(), item.num_tokens()});
+  }
+  absl::Status s = core_->Step(plan_, &result_);
+  if (!s.ok()) return rpc::ToGrpc(s);
+  int32_t prefill = 0, decode = 0;
+  for (size_t i = 0; i < result_.sequences.size(); ++i) {
+    const SequenceStepResult& r = result_.sequences[i];
+    v1::SequenceOutput* out = resp->add_outputs();
+    out->set_seq_id(r.id);
+    out->set_has_token(r.has_token);
+    out->set_token_id(r.token);
+    out->set_logprob(r.logprob);
+    out->set_finish_reason(ToProto(r.finish));
+    out->set_kv_tokens(static_cast<int32_t>(r.next_pos));
+    (plan_[i].num_tokens > 1 || !r.has_token ? prefill : decode) +=
+        r.tokens_processed;
+  }
+  resp->set_step_ms(static_cast<double>(result_.total_ns) / 1e6);
+  resp->set_prefill_tokens(prefill);
+  resp->set_decode_tokens(decode);
+  resp->set_free_pages(core_->Stats().pool.free_pages);
+  return grpc::Status::OK;
+}
+
+grpc::Status EngineServiceImpl::Release(grpc::ServerContext*,
+                                        const v1::ReleaseRequest* req,
+                                        v1::ReleaseResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status first;
+  for (uint64_t id : req->seq_ids()) {
+    absl::Status s = core_->Release(id);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  resp->set_free_pages(core_->Stats().pool.free_pages);
+  return rpc::ToGrpc(first);
+}
+
+}  // namespace pdserve::service

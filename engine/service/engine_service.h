@@ -1,0 +1,50 @@
+// The engine process's gRPC service (pdserve.v1.Engine) over one EngineCore.
+#ifndef PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_
+#define PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/engine_core.h"
+#include "pdserve/v1/engine.grpc.pb.h"
+
+namespace pdserve::service {
+
+// Converts API sampling parameters to the sampler's (zero fields mean the
+// sampler's defaults: top_p 1, repetition_penalty 1, seed 0).
+SamplingParams ToSamplingParams(const v1::SamplingParams& p);
+
+// Serves one EngineCore. Thread-safe: every call takes one mutex, so the
+// engine executes one step (or add / release) at a time, in arrival order.
+// The core must outlive the service. Errors are the core's absl::Status,
+// mapped code for code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
+class EngineServiceImpl final : public v1::Engine::Service {
+ public:
+  EngineServiceImpl(EngineCore* core, std::string model_name,
+                    std::string backend);
+
+  grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req,
+                       v1::EngineInfo* resp) override;
+  grpc::Status AddSequence(grpc::ServerContext* ctx,
+                           const v1::AddSequenceRequest* req,
+                           v1::AddSequenceResponse* resp) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
+                    v1::StepResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+                       v1::ReleaseResponse* resp) override;
+
+ private:
+  std::mutex mu_;
+  EngineCore* core_;
+  std::string model_name_;
+  std::string backend_;
+  StepResult result_;  // reused across steps
+  std::vector<StepPlanEntry> plan_;
+};
+
+}  // namespace pdserve::service
+
+#endif  // PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_

@@ -1,0 +1,52 @@
+// gRPC plumbing shared by the three pdserve processes: absl::Status <->
+// grpc::Status mapping (one-to-one on codes), server start-up with the
+// standard health service and reflection, and termination-signal handling.
+#ifndef PDSERVE_PROTO_RPC_UTIL_H_
+#define PDSERVE_PROTO_RPC_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace pdserve::rpc {
+
+// Same code, same message.
+grpc::Status ToGrpc(const absl::Status& status);
+absl::Status FromGrpc(const grpc::Status& status);
+
+// A started server and the port it bound.
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+// Builds and starts a server on host:port (port 0 = any free port) with the
+// given services, grpc.health.v1.Health (every service NOT_SERVING until the
+// caller sets it) and server reflection. UNAVAILABLE names the address when
+// it cannot be bound. The services must outlive the server.
+absl::StatusOr<StartedServer> StartServer(
+    const std::string& host, int port,
+    const std::vector<grpc::Service*>& services);
+
+// Sets the health status of "" and of each named service.
+void SetServing(grpc::Server& server, const std::vector<std::string>& services,
+                bool serving);
+
+// Blocks SIGINT and SIGTERM in the calling thread and every thread created
+// after it (call first thing in main), so WaitForTerminationSignal can take
+// them synchronously.
+void BlockTerminationSignals();
+// Waits for SIGINT or SIGTERM; returns the signal number.
+int WaitForTerminationSignal();
+
+// An insecure channel to host:port with keepalive tuned for loopback
+// (dead peers noticed within about a second).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+
+}  // namespace pdserve::rpc
+
+#endif  // PDSERVE_PROTO_RPC_UTIL_H_

@@ -1,0 +1,194 @@
+#include "scheduler/scheduler_service.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+
+namespace pdserve::scheduler {
+namespace {
+
+// Writes a request's token events to its Submit stream, one write in
+// flight at a time. The shell holds it (as EventSink) through a shared_ptr;
+// the gRPC reactor is detached from it in OnDone.
+class SubmitStream : public EventSink {
+ public:
+  class Reactor;
+
+  void Send(const v1::TokenEvent& event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reactor_ == nullptr || closed_) return;
+    queue_.push_back(event);
+    if (!writing_) StartNextLocked();
+  }
+  void Close(const grpc::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (!status.ok()) queue_.erase(queue_.begin() + (writing_ ? 1 : 0), queue_.end());
+    close_status_ = status;
+    if (!writing_) FinishLocked();
+  }
+
+  void Attach(grpc::ServerWriteReactor<v1::TokenEvent>* reactor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactor_ = reactor;
+  }
+  void OnWriteDone(bool ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) queue_.clear();  // the client is gone; the cancel follows
+    if (!queue_.empty()) {
+      StartNextLocked();
+    } else if (closed_) {
+      FinishLocked();
+    }
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  void StartNextLocked() {
+    writing_ = true;
+    reactor_->StartWrite(&queue_.front());
+  }
+  void FinishLocked() {
+    if (reactor_ != nullptr && !finished_) {
+      finished_ = true;
+      reactor_->Finish(close_status_);
+    }
+  }
+
+  std::mutex mu_;
+  grpc::ServerWriteReactor<v1::TokenEvent>* reactor_ = nullptr;
+  std::deque<v1::TokenEvent> queue_;  // front is in flight when writing_
+  bool writing_ = false;
+  bool closed_ = false;
+  bool finished_ = false;
+  grpc::Status close_status_;
+};
+
+class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
+ public:
+  Reactor(SchedulerShell* shell, const v1::SubmitRequest& req)
+      : shell_(shell), stream_(std::make_shared<SubmitStream>()) {
+    stream_->Attach(this);
+    handle_ = shell_->Submit(req, stream_);
+  }
+  void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
+  void OnCancel() override { shell_->Cancel(handle_); }
+  void OnDone() override {
+    stream_->Detach();
+    delete this;
+  }
+
+ private:
+  SchedulerShell* shell_;
+  std::shared_ptr<SubmitStream> stream_;
+  uint64_t handle_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
+    grpc::CallbackServerContext*, const v1::SubmitRequest* req) {
+  return new SubmitStream::Reactor(shell_, *req);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Cancel(
+    grpc::CallbackServerContext* ctx, const v1::CancelRequest* req,
+    v1::CancelResponse* resp) {
+  resp->set_found(shell_->CancelByRequestId(req->request_id()));
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
+    grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
+    v1::SchedulerStatus* resp) {
+  ShellStatus s = shell_->Status();
+  resp->set_engine_ready(s.engine_ready);
+  resp->set_waiting(s.waiting);
+  resp->set_running(s.running);
+  resp->set_steps(s.steps);
+  resp->set_preemptions(s.preemptions);
+  resp->set_max_seq_len(s.max_seq_len);
+  resp->set_vocab_size(s.vocab_size);
+  resp->set_model(s.model);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+const std::vector<cli::FlagSpec>& SchedulerFlags() {
+  static const auto* flags = new std::vector<cli::FlagSpec>{
+      {"engine", true, "engine address (default 127.0.0.1:50053)"},
+      {"host", true, "interface to listen on (default 127.0.0.1)"},
+      {"port", true, "gRPC port (default 50052; 0 = any free port)"},
+      {"budget", true, "tokens per step, decode + prefill (default 512)"},
+      {"chunk", true, "prefill chunk per sequence and step; 0 = chunking off (default 256)"},
+      {"max-running", true, "most sequences running at once (default 64)"},
+      {"max-queue", true, "waiting queue bound (default 1024)"},
+      {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
+      {"metrics-port", true, "reserved: /metrics port of this process"},
+      {"config", true, "JSON config file (section \"scheduler\")"},
+  };
+  return *flags;
+}
+
+int RunSchedulerProcess(const cli::CliArgs& args) {
+  ShellOptions options;
+  options.engine_target = args.String("engine", "127.0.0.1:50053");
+  options.step_log_path = args.String("step-log", "");
+  struct IntFlag { const char* name; int64_t* out; };
+  int64_t port = 50052;
+  for (IntFlag f : {IntFlag{"budget", &options.policy.step_token_budget},
+                    IntFlag{"chunk", &options.policy.prefill_chunk},
+                    IntFlag{"max-running", &options.policy.max_running},
+                    IntFlag{"max-queue", &options.policy.max_waiting},
+                    IntFlag{"port", &port}}) {
+    auto v = args.Int(f.name, *f.out);
+    if (!v.ok() || *v < 0 ||
+        (*v == 0 && std::string(f.name) != "chunk" &&
+         std::string(f.name) != "port")) {
+      std::fprintf(stderr, "pdserve scheduler: --%s: %s\n", f.name,
+                   v.ok() ? absl::StrCat(*v, " is out of range").c_str()
+                          : std::string(v.status().message()).c_str());
+      return 2;
+    }
+    *f.out = *v;
+  }
+  SchedulerShell shell(options);
+  SchedulerServiceImpl service(&shell);
+  const std::string host = args.String("host", "127.0.0.1");
+  auto server = rpc::StartServer(host, static_cast<int>(port), {&service});
+  if (!server.ok()) {
+    std::fprintf(stderr, "pdserve scheduler: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 1;
+  }
+  grpc::Server* srv = server->server.get();
+  shell.OnReadyChange([srv](bool ready) {
+    rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, ready);
+  });
+  shell.Start();
+  std::printf("pdserve scheduler: listening on %s:%d (engine %s)\n",
+              host.c_str(), server->port, options.engine_target.c_str());
+  std::fflush(stdout);
+  rpc::WaitForTerminationSignal();
+  // Drain: in-flight requests may finish within the deadline; the shell's
+  // shutdown then ends whatever is left with UNAVAILABLE.
+  rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, false);
+  srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  shell.Stop();
+  return 0;
+}
+
+}  // namespace pdserve::scheduler

@@ -1,0 +1,41 @@
+// The scheduler process's gRPC service (pdserve.v1.Scheduler, callback API:
+// no thread per stream) over a SchedulerShell, and the process itself.
+#ifndef PDSERVE_SCHEDULER_SCHEDULER_SERVICE_H_
+#define PDSERVE_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <vector>
+
+#include "pdserve/v1/scheduler.grpc.pb.h"
+#include "scheduler/cli_args.h"
+#include "scheduler/scheduler_shell.h"
+
+namespace pdserve::scheduler {
+
+// Thread-safe; the shell must outlive the service.
+class SchedulerServiceImpl final : public v1::Scheduler::CallbackService {
+ public:
+  explicit SchedulerServiceImpl(SchedulerShell* shell) : shell_(shell) {}
+
+  grpc::ServerWriteReactor<v1::TokenEvent>* Submit(
+      grpc::CallbackServerContext* ctx, const v1::SubmitRequest* req) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const v1::CancelRequest* req,
+                                   v1::CancelResponse* resp) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
+                                      const v1::GetStatusRequest* req,
+                                      v1::SchedulerStatus* resp) override;
+
+ private:
+  SchedulerShell* shell_;
+};
+
+// Flags of `pdserve scheduler` (keys of the "scheduler" config section).
+const std::vector<cli::FlagSpec>& SchedulerFlags();
+
+// Runs the scheduler process until SIGTERM/SIGINT; returns the exit code.
+// Prints "pdserve scheduler: listening on HOST:PORT" once it serves.
+int RunSchedulerProcess(const cli::CliArgs& args);
+
+}  // namespace pdserve::scheduler
+
+#endif  // PDSERVE_SCHEDULER_SCHEDULER_SERVICE_H_

@@ -1,0 +1,383 @@
+#include "scheduler/scheduler_shell.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+
+namespace pdserve::scheduler {
+namespace {
+
+double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// Codes that mean the engine itself is gone or broken, as opposed to one
+// request being refused.
+bool EngineLost(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+SchedulerShell::SchedulerShell(ShellOptions options)
+    : options_(std::move(options)) {
+  engine_ = v1::Engine::NewStub(rpc::MakeChannel(options_.engine_target));
+  // Sequence ids carry a random epoch so that a restarted scheduler never
+  // collides with sequences an engine still holds from its predecessor.
+  std::random_device rd;
+  next_id_ = (static_cast<uint64_t>(rd()) << 32) | 1;
+  if (!options_.step_log_path.empty()) {
+    step_log_ = std::fopen(options_.step_log_path.c_str(), "w");
+    ++steps_;
+  if (step_log_ != nullptr) {
+      std::fprintf(step_log_, "prefill_tokens,decode_seqs,step_ms\n");
+    }
+  }
+}
+
+SchedulerShell::~SchedulerShell() {
+  Stop();
+  if (step_log_ != nullptr) std::fclose(step_log_);
+}
+
+void SchedulerShell::Start() {
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void SchedulerShell::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
+                                std::shared_ptr<EventSink> sink) {
+  Request r;
+  r.spec = request;
+  r.sink = std::move(sink);
+  r.submitted = Clock::now();
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    if (!engine_ready_ || stop_) {
+      r.sink->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                 "the engine is not ready; retry shortly"));
+      return id;
+    }
+    if (!request.request_id().empty()) by_request_id_[request.request_id()] = id;
+    inbox_.emplace_back(id, std::move(r));
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void SchedulerShell::Cancel(uint64_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(handle);
+  }
+  cv_.notify_all();
+}
+
+bool SchedulerShell::CancelByRequestId(const std::string& request_id) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_request_id_.find(request_id);
+    if (it == by_request_id_.end()) return false;
+    id = it->second;
+  }
+  Cancel(id);
+  return true;
+}
+
+ShellStatus SchedulerShell::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+bool SchedulerShell::ConnectEngine() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  v1::EngineInfo info;
+  grpc::Status s = engine_->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+  if (!s.ok()) return false;
+  PolicyConfig config = options_.policy;
+  config.max_running = std::min<int64_t>(config.max_running, info.max_batch());
+  policy_ = std::make_unique<Policy>(
+      config, PoolGeometry{info.page_size(), info.total_pages(),
+                           info.max_seq_len()});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.max_seq_len = info.max_seq_len();
+    status_.vocab_size = info.vocab_size();
+    status_.model = info.model();
+    status_.engine_ready = true;
+    engine_ready_ = true;
+  }
+  engine_pid_ = info.pid();
+  std::fprintf(stderr,
+               "pdserve scheduler: engine ready (%s, pid %ld, %ld pages of %d "
+               "tokens, capacity %d)\n",
+               info.model().c_str(), static_cast<long>(info.pid()),
+               static_cast<long>(info.total_pages()), info.page_size(),
+               info.max_seq_len());
+  if (on_ready_) on_ready_(true);
+  return true;
+}
+
+void SchedulerShell::FailAll(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, r] : inbox_) r.sink->Close(status);
+    inbox_.clear();
+    by_request_id_.clear();
+  }
+  for (auto& [id, r] : requests_) r.sink->Close(status);
+  requests_.clear();
+  policy_.reset();
+}
+
+void SchedulerShell::Loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) break;
+    }
+    if (!engine_ready_) {
+      if (!ConnectEngine()) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(100),
+                     [&] { return stop_; });
+      }
+      continue;
+    }
+    DrainInbox();
+    if (policy_->idle()) {
+      PublishStatus();
+      bool woken;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        woken = cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
+          return stop_ || !inbox_.empty() || !cancels_.empty();
+        });
+      }
+      if (!woken) CheckEngine();
+      continue;
+    }
+    RunStep();
+    PublishStatus();
+  }
+  FailAll(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       "the scheduler is shutting down"));
+}
+
+void SchedulerShell::CheckEngine() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  v1::EngineInfo info;
+  grpc::Status s = engine_->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+  if (s.ok() && info.pid() == engine_pid_) return;
+  LoseEngine(s.ok() ? "the engine restarted" : "engine lost: " + s.error_message());
+}
+
+void SchedulerShell::LoseEngine(const std::string& why) {
+  std::fprintf(stderr, "pdserve scheduler: %s\n", why.c_str());
+  FailAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  engine_ready_ = false;
+  PublishStatus();
+  if (on_ready_) on_ready_(false);
+}
+
+void SchedulerShell::DrainInbox() {
+  std::deque<std::pair<uint64_t, Request>> inbox;
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& [id, r] : inbox) {
+    RequestSpec spec{id, r.spec.priority(), r.spec.prompt_ids_size(),
+                     r.spec.max_new_tokens()};
+    absl::Status s = policy_->Submit(spec);
+    if (!s.ok()) {
+      r.sink->Close(rpc::ToGrpc(s));
+      continue;
+    }
+    requests_.emplace(id, std::move(r));
+  }
+  for (uint64_t id : cancels) {
+    if (requests_.contains(id)) policy_->Cancel(id);
+  }
+}
+
+void SchedulerShell::ReleaseInEngine(const std::vector<SeqId>& ids) {
+  if (ids.empty()) return;
+  v1::ReleaseRequest req;
+  for (SeqId id : ids) req.add_seq_ids(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
+  v1::ReleaseResponse resp;
+  // NOT_FOUND (never added, or already gone) is harmless here.
+  grpc::Status s = engine_->Release(&ctx, req, &resp);
+  if (!s.ok() && EngineLost(s)) LoseEngine("engine lost: " + s.error_message());
+}
+
+bool SchedulerShell::AddToEngine(uint64_t id, Request& r) {
+  v1::AddSequenceRequest req;
+  req.set_seq_id(id);
+  *req.mutable_prompt_ids() = r.spec.prompt_ids();
+  // Recompute after preemption: the tokens generated so far join the prompt.
+  for (int32_t t : r.generated) req.add_prompt_ids(t);
+  const int64_t remaining =
+      r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+  req.set_max_new_tokens(static_cast<int32_t>(remaining));
+  req.set_max_seq_len(static_cast<int32_t>(std::min<int64_t>(
+      policy_->pool().max_seq_len, req.prompt_ids_size() + remaining)));
+  *req.mutable_sampling() = r.spec.sampling();
+  *req.mutable_stop_ids() = r.spec.stop_ids();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
+  v1::AddSequenceResponse resp;
+  grpc::Status s = engine_->AddSequence(&ctx, req, &resp);
+  if (s.ok()) {
+    if (!r.was_admitted) r.admitted = Clock::now();
+    r.was_admitted = true;
+    return true;
+  }
+  if (EngineLost(s)) {
+    LoseEngine("engine lost: " + s.error_message());
+    return false;
+  }
+  // The engine refused this request only (e.g. a token id out of range).
+  r.sink->Close(s);
+  policy_->Drop(id);
+  requests_.erase(id);
+  return false;
+}
+
+void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  v1::TokenEvent final_event;
+  final_event.set_finish_reason(reason);
+  final_event.mutable_usage()->set_prompt_tokens(r.spec.prompt_ids_size());
+  final_event.mutable_usage()->set_completion_tokens(
+      static_cast<int32_t>(r.generated.size()));
+  v1::Timings* t = final_event.mutable_timings();
+  const Clock::time_point now = Clock::now();
+  t->set_queue_ms(Ms((r.was_admitted ? r.admitted : now) - r.submitted));
+  if (!r.generated.empty()) {
+    t->set_ttft_ms(Ms(r.first_token - r.submitted));
+    t->set_decode_ms(Ms(r.last_token - r.first_token));
+  }
+  r.sink->Send(final_event);
+  r.sink->Close(reason == v1::FINISH_REASON_CANCELLED
+                    ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "the request was cancelled")
+                    : grpc::Status::OK);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_request_id_.erase(r.spec.request_id());
+  }
+  requests_.erase(it);
+}
+
+void SchedulerShell::RunStep() {
+  StepPlan plan = policy_->Plan();
+  ReleaseInEngine(plan.release);
+  if (!engine_ready_) return;
+  for (SeqId id : plan.cancelled) Finish(id, v1::FINISH_REASON_CANCELLED);
+  absl::flat_hash_set<SeqId> refused;
+  for (SeqId id : plan.admit) {
+    auto it = requests_.find(id);
+    if (it == requests_.end() || !AddToEngine(id, it->second)) {
+      if (!engine_ready_) return;
+      refused.insert(id);
+    }
+  }
+  if (plan.items.empty()) {
+    policy_->Commit({});
+    return;
+  }
+  v1::StepRequest req;
+  for (const PlanItem& item : plan.items) {
+    if (refused.contains(item.id)) continue;
+    v1::StepItem* s = req.add_items();
+    s->set_seq_id(item.id);
+    s->set_num_tokens(static_cast<int32_t>(item.num_tokens));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
+  v1::StepResponse resp;
+  grpc::Status s = engine_->Step(&ctx, req, &resp);
+  if (!s.ok()) {
+    // A refused step means the policy and the engine disagree about state;
+    // both are reset the same way as after an engine loss.
+    LoseEngine("engine step failed: " + s.error_message());
+    return;
+  }
+  ++steps_;
+  if (step_log_ != nullptr) {
+    std::fprintf(step_log_, "%ld,%ld,%.3f\n", static_cast<long>(plan.prefill_tokens),
+                 static_cast<long>(plan.decode_tokens), resp.step_ms());
+    std::fflush(step_log_);
+  }
+  const Clock::time_point now = Clock::now();
+  std::vector<ItemOutcome> outcomes;
+  std::vector<std::pair<uint64_t, v1::FinishReason>> finished;
+  for (const v1::SequenceOutput& out : resp.outputs()) {
+    const bool done = out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    outcomes.push_back({out.seq_id(), done});
+    auto it = requests_.find(out.seq_id());
+    if (it == requests_.end()) continue;
+    Request& r = it->second;
+    if (out.has_token()) {
+      if (r.generated.empty()) r.first_token = now;
+      r.last_token = now;
+      r.generated.push_back(out.token_id());
+      v1::TokenEvent event;
+      event.add_token_ids(out.token_id());
+      event.add_logprobs(out.logprob());
+      r.sink->Send(event);
+    }
+    if (done) finished.emplace_back(out.seq_id(), out.finish_reason());
+  }
+  policy_->Commit(outcomes);
+  for (auto [id, reason] : finished) Finish(id, reason);
+}
+
+void SchedulerShell::PublishStatus() {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.engine_ready = engine_ready_;
+  if (policy_ != nullptr) {
+    status_.waiting = static_cast<int32_t>(policy_->waiting());
+    status_.running = static_cast<int32_t>(policy_->running());
+    status_.preemptions = policy_->preemptions();
+  } else {
+    status_.waiting = status_.running = 0;
+  }
+  status_.steps = steps_;
+}
+
+}  // namespace pdserve::scheduler

@@ -1,0 +1,127 @@
+// The scheduler's IO shell: drives the pure Policy in a loop thread, talks
+// to the engine over gRPC and streams token events to request sinks.
+#ifndef PDSERVE_SCHEDULER_SCHEDULER_SHELL_H_
+#define PDSERVE_SCHEDULER_SCHEDULER_SHELL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "grpcpp/grpcpp.h"
+#include "pdserve/v1/engine.grpc.pb.h"
+#include "pdserve/v1/scheduler.pb.h"
+#include "scheduler/policy.h"
+
+namespace pdserve::scheduler {
+
+// Where a request's token events go (the Submit stream). Implementations
+// must be thread-safe; Close is called exactly once by the shell, after the
+// last Send.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void Send(const v1::TokenEvent& event) = 0;
+  virtual void Close(const grpc::Status& status) = 0;
+};
+
+struct ShellOptions {
+  PolicyConfig policy;
+  std::string engine_target;   // host:port of the engine
+  std::string step_log_path;   // CSV prefill_tokens,decode_seqs,step_ms (calibration)
+  std::chrono::milliseconds step_deadline{120000};
+};
+
+// Figures for GetStatus and health.
+struct ShellStatus {
+  bool engine_ready = false;
+  int32_t waiting = 0, running = 0;
+  int64_t steps = 0, preemptions = 0;
+  int32_t max_seq_len = 0, vocab_size = 0;
+  std::string model;
+};
+
+// Thread-safe: Submit/Cancel/Status may be called from any thread; the loop
+// thread owns the policy. When the engine fails (RPC error other than a
+// rejected request), every in-flight request ends with UNAVAILABLE, the
+// policy is reset, and the shell reconnects (polling GetInfo) before
+// accepting new requests.
+class SchedulerShell {
+ public:
+  explicit SchedulerShell(ShellOptions options);
+  ~SchedulerShell();  // stops the loop; open requests end UNAVAILABLE
+
+  void Start();
+  void Stop();
+
+  // Queues a request. Errors (engine not ready, queue full, prompt too
+  // long) are delivered through sink->Close. Returns the request's handle
+  // for Cancel.
+  uint64_t Submit(const v1::SubmitRequest& request,
+                  std::shared_ptr<EventSink> sink);
+  // Cancels by handle (from Submit) or by client request id.
+  void Cancel(uint64_t handle);
+  bool CancelByRequestId(const std::string& request_id);
+
+  ShellStatus Status() const;
+  // Called with true/false when the engine becomes ready / is lost.
+  void OnReadyChange(std::function<void(bool)> fn) { on_ready_ = std::move(fn); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Request {
+    v1::SubmitRequest spec;
+    std::shared_ptr<EventSink> sink;
+    std::vector<int32_t> generated;
+    Clock::time_point submitted, admitted, first_token, last_token;
+    bool was_admitted = false;
+  };
+
+  void Loop();
+  bool ConnectEngine();
+  void DrainInbox();
+  void RunStep();
+  // Ends every open request with `status` and resets the policy.
+  void FailAll(const grpc::Status& status);
+  // Fails everything with UNAVAILABLE(why) and starts reconnecting.
+  void LoseEngine(const std::string& why);
+  // Liveness ping while idle: a dead or restarted engine is lost.
+  void CheckEngine();
+  void Finish(uint64_t id, v1::FinishReason reason);
+  bool AddToEngine(uint64_t id, Request& r);
+  void ReleaseInEngine(const std::vector<SeqId>& ids);
+  void PublishStatus();
+
+  ShellOptions options_;
+  std::unique_ptr<v1::Engine::Stub> engine_;
+  std::unique_ptr<Policy> policy_;  // loop thread only
+  absl::flat_hash_map<uint64_t, Request> requests_;  // loop thread only
+  std::FILE* step_log_ = nullptr;
+  int64_t engine_pid_ = 0;  // loop thread only
+  int64_t steps_ = 0;       // loop thread only
+
+  mutable std::mutex mu_;  // guards the inbox, status and ids below
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, Request>> inbox_;
+  std::vector<uint64_t> cancels_;
+  absl::flat_hash_map<std::string, uint64_t> by_request_id_;
+  ShellStatus status_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::atomic<bool> engine_ready_{false};
+  std::function<void(bool)> on_ready_;
+  std::thread loop_;
+};
+
+}  // namespace pdserve::scheduler
+
+#endif  // PDSERVE_SCHEDULER_SCHEDULER_SHELL_H_

@@ -1,0 +1,238 @@
+// `pdserve serve --model PATH`: starts the engine, scheduler and front end as
+// three child processes on loopback and supervises them. A child that dies
+// is restarted (the scheduler fails in-flight requests with UNAVAILABLE and
+// reconnects; health is NOT_SERVING meanwhile). SIGTERM/SIGINT drains: the
+// front end stops taking requests and lets open streams finish, then the
+// scheduler and the engine stop.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/rpc_util.h"
+#include "scheduler/cli_args.h"
+#include "server/cli/command.h"
+
+namespace pdserve::cli {
+namespace {
+
+const std::vector<FlagSpec>& Flags() {
+  static const auto* flags = new std::vector<FlagSpec>{
+      {"model", true, "model file or folder"},
+      {"tokenizer", true, "tokenizer file when the model carries none (llama2.c)"},
+      {"host", true, "public interface (default 127.0.0.1)"},
+      {"port", true, "public gRPC port (default 50051)"},
+      {"engine-port", true, "engine gRPC port on loopback (default: a free one)"},
+      {"scheduler-port", true, "scheduler gRPC port on loopback (default: a free one)"},
+      {"metrics-port", true, "first of three /metrics ports (frontend, scheduler, engine); reserved"},
+      {"threads", true, "engine compute threads"},
+      {"kv-memory", true, "engine KV budget (fraction or bytes)"},
+      {"page-size", true, "tokens per KV page"},
+      {"max-sequences", true, "engine: sequences live at once"},
+      {"budget", true, "scheduler: tokens per step"},
+      {"chunk", true, "scheduler: prefill chunk (0 = off)"},
+      {"max-running", true, "scheduler: sequences running at once"},
+      {"max-queue", true, "scheduler: waiting queue bound"},
+      {"step-log", true, "scheduler: per-step CSV for simulate --calibration"},
+      {"drain-seconds", true, "front end drain time on SIGTERM (default 30)"},
+      {"name", true, "model name to report"},
+      {"config", true, "JSON config file (sections serve/engine/scheduler/frontend)"},
+  };
+  return *flags;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+struct Child {
+  std::string name;
+  std::vector<std::string> args;  // after "pdserve"
+  pid_t pid = -1;
+  int restarts = 0;
+};
+
+pid_t Spawn(const Child& child) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: default signal mask (the exec'd command blocks what it needs),
+  // stdout joins stderr so serve's own stdout carries only its summary.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  dup2(2, 1);
+  std::vector<char*> argv;
+  std::string self = "pdserve";
+  argv.push_back(self.data());
+  std::vector<std::string> copy = child.args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::perror("pdserve serve: exec");
+  _exit(127);
+}
+
+bool HealthServing(grpc::health::v1::Health::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  return stub->Check(&ctx, req, &resp).ok() &&
+         resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+void StopChild(Child& c, int seconds) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(c.pid, nullptr, WNOHANG) == c.pid) {
+      c.pid = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(c.pid, SIGKILL);
+  waitpid(c.pid, nullptr, 0);
+  c.pid = -1;
+}
+
+// Appends "--flag value" for each flag given to serve.
+void Forward(const CliArgs& args, std::vector<std::string>& out,
+             std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (args.Has(n)) {
+      out.push_back(absl::StrCat("--", n));
+      out.push_back(args.String(n, ""));
+    }
+  }
+}
+
+int RunServe(int argc, char** argv) {
+  rpc::BlockTerminationSignals();
+  auto args = CliArgs::Parse(argc, argv, Flags());
+  if (args.ok() && !args->help()) {
+    if (absl::Status s = args->ApplyConfigFile("serve", Flags()); !s.ok()) args = s;
+  }
+  if (!args.ok()) {
+    std::fprintf(stderr, "pdserve serve: %s\n",
+                 std::string(args.status().message()).c_str());
+    return 2;
+  }
+  if (args->help() || !args->Has("model")) {
+    std::fprintf(args->help() ? stdout : stderr,
+                 "usage: pdserve serve --model PATH [--port 50051] [options]\n%s",
+                 CliArgs::Usage(Flags()).c_str());
+    return args->help() ? 0 : 2;
+  }
+  const std::string host = args->String("host", "127.0.0.1");
+  const std::string port = args->String("port", "50051");
+  const std::string engine_port =
+      args->String("engine-port", absl::StrCat(FreePort()));
+  const std::string scheduler_port =
+      args->String("scheduler-port", absl::StrCat(FreePort()));
+  auto metrics_base = args->Int("metrics-port", 0);
+  std::vector<std::string> metrics(3);
+  for (int i = 0; i < 3; ++i) {
+    metrics[i] = metrics_base.ok() && *metrics_base > 0
+                     ? absl::StrCat(*metrics_base + i)
+                     : absl::StrCat(FreePort());
+  }
+  const std::string config = args->String("config", "");
+
+  Child engine{"engine", {"engine", "--model", args->String("model", ""),
+                          "--host", "127.0.0.1", "--port", engine_port,
+                          "--metrics-port", metrics[2]}};
+  Forward(*args, engine.args, {"threads", "kv-memory", "page-size",
+                               "max-sequences", "name", "config"});
+  Child sched{"scheduler", {"scheduler", "--engine",
+                            absl::StrCat("127.0.0.1:", engine_port), "--host",
+                            "127.0.0.1", "--port", scheduler_port,
+                            "--metrics-port", metrics[1]}};
+  Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
+                              "step-log", "config"});
+  Child front{"frontend", {"frontend", "--model", args->String("model", ""),
+                           "--scheduler",
+                           absl::StrCat("127.0.0.1:", scheduler_port), "--host",
+                           host, "--port", port, "--metrics-port", metrics[0]}};
+  Forward(*args, front.args, {"tokenizer", "drain-seconds", "name", "config"});
+  std::vector<Child*> children = {&engine, &sched, &front};
+  for (Child* c : children) c->pid = Spawn(*c);
+
+  auto health = grpc::health::v1::Health::NewStub(
+      rpc::MakeChannel(absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port)));
+  bool announced = false;
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGINT);
+  sigaddset(&term, SIGTERM);
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (true) {
+    if (sigtimedwait(&term, nullptr, &tick) > 0) break;
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      for (Child* c : children) {
+        if (c->pid != pid) continue;
+        ++c->restarts;
+        std::fprintf(stderr, "pdserve serve: %s (pid %d) exited (%s %d); restart #%d\n",
+                     c->name.c_str(), pid,
+                     WIFSIGNALED(status) ? "signal" : "status",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                     c->restarts);
+        std::this_thread::sleep_for(std::chrono::milliseconds(
+            std::min(2000, 100 * c->restarts)));
+        c->pid = Spawn(*c);
+      }
+    }
+    if (!announced && HealthServing(health.get())) {
+      announced = true;
+      std::printf("pdserve serve: ready\n");
+      std::printf("  public API  %s:%s  (pdserve.v1.Inference, grpc.health.v1, reflection)\n",
+                  host.c_str(), port.c_str());
+      std::printf("  frontend    pid %d  metrics http://127.0.0.1:%s/metrics\n",
+                  front.pid, metrics[0].c_str());
+      std::printf("  scheduler   pid %d  127.0.0.1:%s  metrics http://127.0.0.1:%s/metrics\n",
+                  sched.pid, scheduler_port.c_str(), metrics[1].c_str());
+      std::printf("  engine      pid %d  127.0.0.1:%s  metrics http://127.0.0.1:%s/metrics\n",
+                  engine.pid, engine_port.c_str(), metrics[2].c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::fprintf(stderr, "pdserve serve: draining\n");
+  auto drain = args->Int("drain-seconds", 30);
+  StopChild(front, static_cast<int>(drain.ok() ? *drain : 30) + 5);
+  StopChild(sched, 35);
+  StopChild(engine, 10);
+  return 0;
+}
+
+}  // namespace
+
+PDSERVE_COMMAND(serve, "start frontend, scheduler and engine on loopback and supervise them",
+                RunServe);
+
+}  // namespace pdserve::cli

@@ -1,0 +1,131 @@
+// `pdserve frontend`: the public API process.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+#include "server/frontend/frontend_service.h"
+
+namespace pdserve::frontend {
+
+const std::vector<cli::FlagSpec>& FrontendFlags() {
+  static const auto* flags = new std::vector<cli::FlagSpec>{
+      {"model", true, "model file (its vocabulary and chat template are used)"},
+      {"tokenizer", true, "tokenizer file when the model has none inside (llama2.c tokenizer.bin, tokenizer.json)"},
+      {"scheduler", true, "scheduler address (default 127.0.0.1:50052)"},
+      {"host", true, "interface to listen on (default 127.0.0.1)"},
+      {"port", true, "public gRPC port (default 50051; 0 = any free port)"},
+      {"name", true, "model name to serve (default: the engine's)"},
+      {"drain-seconds", true, "on SIGTERM, how long open streams may finish (default 30)"},
+      {"metrics-port", true, "reserved: /metrics port of this process"},
+      {"config", true, "JSON config file (section \"frontend\")"},
+  };
+  return *flags;
+}
+
+namespace {
+
+const std::vector<std::string> kServices = {"pdserve.v1.Inference"};
+
+// Polls the scheduler until it reports a ready engine; fills name/capacity.
+bool WaitForScheduler(v1::Scheduler::Stub* stub, v1::SchedulerStatus* status,
+                      int seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(500));
+    if (stub->GetStatus(&ctx, v1::GetStatusRequest(), status).ok() &&
+        status->engine_ready()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+}  // namespace
+
+int RunFrontendProcess(const cli::CliArgs& args) {
+  std::string tokenizer_path = args.String("tokenizer", args.String("model", ""));
+  if (tokenizer_path.empty()) {
+    std::fprintf(stderr, "pdserve frontend: --model or --tokenizer is required\n");
+    return 2;
+  }
+  auto port = args.Int("port", 50051);
+  auto drain = args.Int("drain-seconds", 30);
+  if (!port.ok() || !drain.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string((port.ok() ? drain : port).status().message()).c_str());
+    return 2;
+  }
+  const std::string scheduler_addr = args.String("scheduler", "127.0.0.1:50052");
+  auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_addr));
+  v1::SchedulerStatus status;
+  if (!WaitForScheduler(stub.get(), &status, 600)) {
+    std::fprintf(stderr, "pdserve frontend: scheduler %s not ready\n",
+                 scheduler_addr.c_str());
+    return 1;
+  }
+  const std::string name = args.String("name", status.model());
+  auto model = LoadModelContext(tokenizer_path, name);
+  if (!model.ok()) {
+    std::fprintf(stderr, "pdserve frontend: loading tokenizer %s: %s\n",
+                 tokenizer_path.c_str(),
+                 std::string(model.status().message()).c_str());
+    return 1;
+  }
+  (*model)->max_seq_len = status.max_seq_len();
+  InferenceServiceImpl service(model->get(), stub.get());
+  const std::string host = args.String("host", "127.0.0.1");
+  auto server = rpc::StartServer(host, static_cast<int>(*port), {&service});
+  if (!server.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 1;
+  }
+  grpc::Server* srv = server->server.get();
+  rpc::SetServing(*srv, kServices, true);
+  std::printf("pdserve frontend: serving %s on %s:%d (capacity %d tokens)\n",
+              name.c_str(), host.c_str(), server->port, status.max_seq_len());
+  std::fflush(stdout);
+
+  // Health follows the scheduler's view of the engine.
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    bool serving = true;
+    while (!stop) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(500));
+      v1::SchedulerStatus s;
+      const bool ok = stub->GetStatus(&ctx, v1::GetStatusRequest(), &s).ok() &&
+                      s.engine_ready();
+      if (ok != serving && !stop) {
+        serving = ok;
+        rpc::SetServing(*srv, kServices, ok);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  rpc::WaitForTerminationSignal();
+  // Drain: refuse new requests, let open streams finish.
+  stop = true;
+  watcher.join();
+  service.SetDraining(true);
+  rpc::SetServing(*srv, kServices, false);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(*drain);
+  while (service.active_streams() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return 0;
+}
+
+}  // namespace pdserve::frontend

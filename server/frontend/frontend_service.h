@@ -1,0 +1,66 @@
+// The public front end: pdserve.v1.Inference over the scheduler's internal
+// API (callback API: no thread per stream), and the frontend process.
+#ifndef PDSERVE_SERVER_FRONTEND_FRONTEND_SERVICE_H_
+#define PDSERVE_SERVER_FRONTEND_FRONTEND_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pdserve/v1/api.grpc.pb.h"
+#include "pdserve/v1/scheduler.grpc.pb.h"
+#include "scheduler/cli_args.h"
+#include "server/frontend/request_prep.h"
+
+namespace pdserve::frontend {
+
+// Serves Generate (validate, template, tokenize, submit, incremental
+// detokenize with stop strings, cancel the scheduler request when the
+// client goes away), Tokenize, Detokenize and ListModels. Thread-safe; the
+// model context and the scheduler stub must outlive it. The capacity
+// (model->max_seq_len) is read once at construction.
+class InferenceServiceImpl final : public v1::Inference::CallbackService {
+ public:
+  InferenceServiceImpl(const ModelContext* model,
+                       v1::Scheduler::Stub* scheduler);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx,
+      const v1::GenerateRequest* req) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const v1::TokenizeRequest* req,
+                                     v1::TokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
+                                       const v1::DetokenizeRequest* req,
+                                       v1::DetokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::ListModelsRequest* req,
+                                       v1::ListModelsResponse* resp) override;
+
+  // While draining, new Generate calls get UNAVAILABLE.
+  void SetDraining(bool draining) { draining_ = draining; }
+  // Generate streams open now.
+  int active_streams() const { return active_; }
+
+ private:
+  friend class GenerateCall;
+  const ModelContext* model_;
+  v1::Scheduler::Stub* scheduler_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> next_request_{1};
+};
+
+// Flags of `pdserve frontend` (keys of the "frontend" config section).
+const std::vector<cli::FlagSpec>& FrontendFlags();
+
+// Runs the front end process until SIGTERM/SIGINT (then drains: no new
+// requests, open streams get up to --drain-seconds). Prints
+// "pdserve frontend: serving MODEL on HOST:PORT" once the scheduler has
+// reported the model and the server listens.
+int RunFrontendProcess(const cli::CliArgs& args);
+
+}  // namespace pdserve::frontend
+
+#endif  // PDSERVE_SERVER_FRONTEND_FRONTEND_SERVICE_H_

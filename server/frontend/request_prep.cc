@@ -1,0 +1,160 @@
+#include "server/frontend/request_prep.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/tokenizer/unicode.h"
+
+namespace pdserve::frontend {
+namespace {
+
+absl::Status CheckUtf8(const std::string& field, const std::string& text) {
+  absl::Status s = unicode::ValidateUtf8(text);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+}
+
+absl::Status CheckSampling(const v1::SamplingParams& p) {
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sampling.temperature %g must be a finite number >= 0", p.temperature()));
+  }
+  if (!(p.top_p() >= 0 && p.top_p() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.top_p %g must be in [0, 1]", p.top_p()));
+  }
+  if (!(p.min_p() >= 0 && p.min_p() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.min_p %g must be in [0, 1]", p.min_p()));
+  }
+  if (p.top_k() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.top_k %d must be >= 0", p.top_k()));
+  }
+  if (!(p.repetition_penalty() >= 0) || !std::isfinite(p.repetition_penalty())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sampling.repetition_penalty %g must be >= 0 (0 = off)",
+        p.repetition_penalty()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RenderMessages(const v1::GenerateRequest& req,
+                                           const ModelContext& model) {
+  static const char* kRoles[] = {"system", "user", "assistant", "tool"};
+  std::vector<ChatMessage> messages;
+  bool any_content = false;
+  for (int i = 0; i < req.messages_size(); ++i) {
+    const v1::ChatMessage& m = req.messages(i);
+    bool known = false;
+    for (const char* r : kRoles) known |= m.role() == r;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "messages[%d].role '%s' is not one of system, user, assistant, tool",
+          i, m.role()));
+    }
+    if (auto s = CheckUtf8(absl::StrFormat("messages[%d].content", i), m.content());
+        !s.ok()) {
+      return s;
+    }
+    any_content |= !m.content().empty();
+    ChatMessage msg;
+    msg.role = m.role();
+    msg.content = m.content();
+    if (!m.name().empty()) msg.name = m.name();
+    messages.push_back(std::move(msg));
+  }
+  if (!any_content) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "all %d messages have empty content", req.messages_size()));
+  }
+  return model.chat_template->Render(messages, ChatRenderOptions());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
+    const std::string& tokenizer_path, const std::string& name) {
+  auto model = std::make_unique<ModelContext>();
+  model->name = name;
+  auto tok = Tokenizer::Load(tokenizer_path);
+  if (!tok.ok()) return tok.status();
+  model->tokenizer = std::move(*tok);
+  const Tokenizer& t = *model->tokenizer;
+  std::string bos = t.bos_id() >= 0 ? t.TokenBytes(t.bos_id()) : "";
+  std::string eos = t.eos_id() >= 0 ? t.TokenBytes(t.eos_id()) : "";
+  auto tmpl = ChatTemplate::Create(t.chat_template(), bos, eos);
+  if (!tmpl.ok()) return tmpl.status();
+  model->chat_template.emplace(std::move(*tmpl));
+  return model;
+}
+
+absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
+                                               const ModelContext& model) {
+  if (!req.model().empty() && req.model() != model.name) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model '%s' is not served here (serving '%s')", req.model(), model.name));
+  }
+  const bool chat = req.messages_size() > 0;
+  if (chat && !req.prompt().empty()) {
+    return absl::InvalidArgumentError(
+        "give either messages or prompt, not both");
+  }
+  if (!chat && req.prompt().empty()) {
+    return absl::InvalidArgumentError(
+        "messages is empty and no prompt is given");
+  }
+  if (auto s = CheckSampling(req.sampling()); !s.ok()) return s;
+  if (req.max_tokens() < 0 || req.max_tokens() > model.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens %d must be in [1, %d] (the sequence capacity), or 0 for "
+        "the rest of the capacity",
+        req.max_tokens(), model.max_seq_len));
+  }
+  PreparedRequest out;
+  if (req.stop_size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d stop strings; at most %d", req.stop_size(), kMaxStopStrings));
+  }
+  for (int i = 0; i < req.stop_size(); ++i) {
+    const std::string& s = req.stop(i);
+    if (s.empty() || s.size() > kMaxStopStringBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stop[%d] has %d bytes; it must have 1 to %d", i, s.size(),
+          kMaxStopStringBytes));
+    }
+    if (auto st = CheckUtf8(absl::StrFormat("stop[%d]", i), s); !st.ok()) return st;
+    out.stop_strings.push_back(s);
+  }
+  const Tokenizer& tok = *model.tokenizer;
+  if (chat) {
+    auto text = RenderMessages(req, model);
+    if (!text.ok()) return text.status();
+    // Template output holds special-token text meant as control tokens.
+    auto ids = tok.Encode(*text, /*parse_special=*/true);
+    if (!ids.ok()) return ids.status();
+    out.prompt_ids = std::move(*ids);
+  } else {
+    if (auto s = CheckUtf8("prompt", req.prompt()); !s.ok()) return s;
+    auto ids = tok.Encode(req.prompt(), /*parse_special=*/false);
+    if (!ids.ok()) return ids.status();
+    if (tok.add_bos() && tok.bos_id() >= 0) out.prompt_ids.push_back(tok.bos_id());
+    out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
+  }
+  const int64_t n = static_cast<int64_t>(out.prompt_ids.size());
+  if (n == 0) return absl::InvalidArgumentError("the prompt encodes to 0 tokens");
+  if (n > model.max_seq_len) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt of %d tokens exceeds the sequence capacity of %d tokens", n,
+        model.max_seq_len));
+  }
+  // The engine yields at most capacity - prompt + 1 tokens.
+  const int64_t room = model.max_seq_len - n + 1;
+  out.max_new_tokens = static_cast<int32_t>(
+      req.max_tokens() == 0 ? room : std::min<int64_t>(req.max_tokens(), room));
+  out.stop_ids = tok.stop_ids();
+  return out;
+}
+
+}  // namespace pdserve::frontend

@@ -1,0 +1,58 @@
+// Validation and preparation of a public Generate request: checks every
+// field (naming the field and the numbers), renders chat messages with the
+// model's template, tokenizes, and sizes the request against the sequence
+// capacity. Pure: no IO, no clock; thread-safe (const inputs only).
+#ifndef PDSERVE_SERVER_FRONTEND_REQUEST_PREP_H_
+#define PDSERVE_SERVER_FRONTEND_REQUEST_PREP_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pdserve/v1/api.pb.h"
+#include "server/chat/chat_template.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace pdserve::frontend {
+
+// What the front end knows of the served model. The tokenizer and template
+// are owned here and immutable after construction.
+struct ModelContext {
+  std::string name;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;  // fallback ChatML when none
+  int64_t max_seq_len = 0;  // sequence capacity (from the engine), tokens
+};
+
+// Limits on request fields beyond the model's.
+constexpr int kMaxStopStrings = 16;
+constexpr int kMaxStopStringBytes = 256;
+
+// A request ready for the scheduler.
+struct PreparedRequest {
+  std::vector<int32_t> prompt_ids;
+  int32_t max_new_tokens = 0;
+  std::vector<std::string> stop_strings;
+  std::vector<int32_t> stop_ids;
+};
+
+// Builds the model context: loads the tokenizer from `tokenizer_path` and
+// compiles the chat template the vocabulary carries (ChatML when none).
+absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
+    const std::string& tokenizer_path, const std::string& name);
+
+// INVALID_ARGUMENT: neither or both of messages/prompt, empty content of
+// every message, unknown role, invalid UTF-8 (field and byte offset),
+// max_tokens < 0 or above the capacity, temperature < 0 or not finite,
+// top_p/min_p outside [0, 1], top_k < 0, repetition_penalty < 0, too many
+// or too long stop strings, an unknown model name.
+// RESOURCE_EXHAUSTED: prompt longer than the sequence capacity.
+absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
+                                               const ModelContext& model);
+
+}  // namespace pdserve::frontend
+
+#endif  // PDSERVE_SERVER_FRONTEND_REQUEST_PREP_H_
