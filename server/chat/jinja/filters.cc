@@ -335,7 +335,7 @@ absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args) {
     if (blank || !lines[i].empty()) out += ind;
     out += lines[i];
   }
-  if (first) out = ind + out;
+  if (first) out.insert(0, ind);
   return Value::String(std::move(out));
 }
 
