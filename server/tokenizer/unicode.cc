@@ -73,7 +73,8 @@ void Decompose(uint32_t cp, std::vector<uint32_t>* out) {
     return;
   }
   Decompose(it->first, out);
-  if (it->second != 0) Decompose(it->second, out);
+  const uint32_t second = it->second & ~ud::kPrimaryComposite;
+  if (second != 0) Decompose(second, out);
 }
 
 // The primary composite of (a, b), or 0.
@@ -86,13 +87,26 @@ uint32_t Compose(uint32_t a, uint32_t b) {
       b > kTBase && b < kTBase + kTCount) {
     return a + (b - kTBase);
   }
-  const ud::Composition* end = ud::kCompose + ud::kComposeSize;
-  const ud::Composition* it = std::lower_bound(
-      ud::kCompose, end, std::make_pair(a, b),
-      [](const ud::Composition& c, const std::pair<uint32_t, uint32_t>& v) {
-        return c.first != v.first ? c.first < v.first : c.second < v.second;
-      });
-  if (it == end || it->first != a || it->second != b) return 0;
+  // Primary composites sorted by (first, second), built once.
+  struct Pair {
+    uint32_t first, second, composite;
+    bool operator<(const Pair& o) const {
+      return first != o.first ? first < o.first : second < o.second;
+    }
+  };
+  static const std::vector<Pair>* pairs = [] {
+    auto* v = new std::vector<Pair>();
+    for (int i = 0; i < ud::kDecompSize; ++i) {
+      const ud::Decomposition& d = ud::kDecomp[i];
+      if (d.second & ud::kPrimaryComposite) {
+        v->push_back({d.first, d.second & ~ud::kPrimaryComposite, d.cp});
+      }
+    }
+    std::sort(v->begin(), v->end());
+    return v;
+  }();
+  auto it = std::lower_bound(pairs->begin(), pairs->end(), Pair{a, b, 0});
+  if (it == pairs->end() || it->first != a || it->second != b) return 0;
   return it->composite;
 }
 

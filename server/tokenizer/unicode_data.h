@@ -14,17 +14,14 @@ struct CccRun {
   uint32_t ccc;
 };
 // Single-level canonical decomposition of `cp` (second == 0: a singleton).
+// Bit 31 of `second` (kPrimaryComposite) is set when the pair composes back
+// to `cp` under NFC (not a composition exclusion).
 struct Decomposition {
   uint32_t cp;
   uint32_t first;
   uint32_t second;
 };
-// Primary composite of the pair (first, second).
-struct Composition {
-  uint32_t first;
-  uint32_t second;
-  uint32_t composite;
-};
+inline constexpr uint32_t kPrimaryComposite = 0x80000000u;
 
 extern const char kUnicodeVersion[];
 // (start << 8 | flags); a run lasts until the next entry's start.
@@ -34,8 +31,6 @@ extern const CccRun kCccRuns[];
 extern const int kCccRunsSize;
 extern const Decomposition kDecomp[];
 extern const int kDecompSize;
-extern const Composition kCompose[];
-extern const int kComposeSize;
 
 }  // namespace pdserve::unicode_data
 

@@ -5,7 +5,8 @@ pdserve_add_test(NAME tokenizer_reference_test LABEL unit
   SOURCES tokenizer_reference_test.cc
   LIBS pdserve_tokenizer nlohmann_json::nlohmann_json)
 pdserve_add_test(NAME tokenizer_unicode_test LABEL unit
-  SOURCES tokenizer_unicode_test.cc LIBS pdserve_tokenizer)
+  SOURCES tokenizer_unicode_test.cc
+  LIBS pdserve_tokenizer nlohmann_json::nlohmann_json)
 pdserve_add_test(NAME tokenizer_property_test LABEL unit
   SOURCES tokenizer_property_test.cc LIBS pdserve_tokenizer)
 pdserve_add_test(NAME tokenizer_detokenizer_test LABEL unit

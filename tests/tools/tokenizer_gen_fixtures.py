@@ -19,7 +19,9 @@ Writes (small JSON files, committed; CI never runs this script):
   pretokenizer_reference.json  pieces from the `regex` package (which has
                           \p{L} / \p{N}) running each family's reference regex
                           on random mixed-script strings
-Every case is {"text": ..., "ids": [...]} with no BOS.
+  nfc_reference.json      unicodedata.normalize('NFC', s) of random strings
+                          rich in combining marks, jamo, singletons, exclusions
+Every ids case is {"text": ..., "ids": [...]} with no BOS.
 """
 import argparse
 import json
@@ -164,6 +166,20 @@ def pretokenizer():
     write('pretokenizer_reference.json', cases)
 
 
+def nfc():
+    import unicodedata
+    rng = random.Random(5)
+    pool = ("aeiouAEOUnNcCsSzZyY\u03b1\u03c9\u0391\u0435\u0418\u05d0\u0627\u0915"
+            "\u0301\u0300\u0302\u0303\u0308\u030a\u0323\u0327\u0328\u0345\u05b4"
+            "\u0654\u093c\u0f71\u0f72\u1100\u1161\u11a8\uac00\u212b\u2126"
+            "\u0958\u0344\u1e9b\u00c5\u00e9\u1ea0\u0340\u0f73\u0cd5\u0cc6")
+    cases = []
+    for _ in range(200):
+        t = ''.join(rng.choice(pool) for _ in range(rng.randint(1, 12)))
+        cases.append({'text': t, 'nfc': unicodedata.normalize('NFC', t)})
+    write('nfc_reference.json', cases)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--shared', default=os.path.join(HERE, '..', '..', '..', 'shared'))
@@ -173,6 +189,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     pretokenizer()
+    nfc()
     qwen3(args.shared)
     smollm2(args.smollm2)
     tok512(args.shared)

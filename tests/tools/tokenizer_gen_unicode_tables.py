@@ -14,9 +14,9 @@ Tables (all sorted, compact):
                  combining class, NFC_Quick_Check No or Maybe).
   kCccRuns       (start, end, combining class) for nonzero classes.
   kDecomp        (code point, first, second) single-level canonical
-                 decompositions (second = 0 for singletons), Hangul excluded.
-  kCompose       (first, second, composite) primary composites, sorted by
-                 (first, second), Hangul excluded.
+                 decompositions (second = 0 for singletons), Hangul excluded;
+                 bit 31 of second marks primary composites (the pair
+                 composes back to the code point under NFC).
 """
 import sys
 import unicodedata
@@ -108,13 +108,16 @@ def main():
         out.write('};\n')
         out.write('const int %sSize = %d;\n\n' % (name, len(rows)))
 
-    emit('kFlagRuns', 'uint32_t', ['0x%x' % (s << 8 | f) for s, f in runs], 8)
-    emit('kCccRuns', 'CccRun', ['{0x%x, 0x%x, %d}' % tuple(r) for r in ccc], 4)
+    def second(cp, d):
+        if len(d) < 2:
+            return 0
+        return d[1] | (0x80000000 if compose.get((d[0], d[1])) == cp else 0)
+
+    emit('kFlagRuns', 'uint32_t', ['0x%x' % (s << 8 | f) for s, f in runs], 12)
+    emit('kCccRuns', 'CccRun', ['{0x%x, 0x%x, %d}' % tuple(r) for r in ccc], 5)
     emit('kDecomp', 'Decomposition',
-         ['{0x%x, 0x%x, 0x%x}' % (cp, d[0], d[1] if len(d) > 1 else 0)
-          for cp, d in sorted(decomp.items())], 3)
-    emit('kCompose', 'Composition',
-         ['{0x%x, 0x%x, 0x%x}' % (a, b, c) for (a, b), c in sorted(compose.items())], 3)
+         ['{0x%x, 0x%x, 0x%x}' % (cp, d[0], second(cp, d))
+          for cp, d in sorted(decomp.items())], 4)
     out.write('}  // namespace pdserve::unicode_data\n')
 
 
