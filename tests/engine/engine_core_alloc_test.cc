@@ -13,6 +13,10 @@
 #include "kernels/thread_pool.h"
 #include "tests/engine/engine_core_test_util.h"
 
+// GCC 12 flags free() in the replaced operator delete as mismatched with
+// the replaced operator new (both use malloc/free here).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 namespace {
 std::atomic<int64_t> g_allocations{0};
 }  // namespace

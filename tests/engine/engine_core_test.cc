@@ -2,8 +2,11 @@
 // one-shot prefill, batch invariance, capacity finish, page accounting.
 #include "engine/kv/engine_core.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -53,7 +56,8 @@ std::vector<int32_t> RunAlone(EngineCore& e, SequenceId id,
                               int64_t max_new,
                               std::map<int64_t, std::vector<float>>*
                                   prefill_logits = nullptr) {
-  const int64_t capacity = e.model_config().max_context;
+  const int64_t capacity =
+      std::min<int64_t>(e.model_config().max_context, 1024);
   EXPECT_TRUE(
       e.AddSequence(id, prompt, capacity, Greedy(), {}, max_new).ok());
   std::vector<int32_t> out;
@@ -260,7 +264,7 @@ void CheckChunkedPrefill(std::shared_ptr<const ModelWeights> model,
                          ThreadPool* threads, int64_t prompt_len,
                          float tolerance) {
   std::unique_ptr<EngineCore> e =
-      MakeEngine(model, threads, 64 << 20, 8, 1024);
+      MakeEngine(model, threads, 256 << 20, 8, 1024);
   ASSERT_NE(e, nullptr);
   std::vector<int32_t> prompt =
       RandomTokens(prompt_len, model->config.vocab_size, 11);
@@ -309,7 +313,7 @@ TEST_F(EngineCoreTest, ChunkedPrefillEqualsOneShotStories260K) {
 void CheckBatchInvariance(std::shared_ptr<const ModelWeights> model,
                           ThreadPool* threads) {
   std::unique_ptr<EngineCore> e =
-      MakeEngine(model, threads, 64 << 20, 32, 2048);
+      MakeEngine(model, threads, 256 << 20, 32, 2048);
   ASSERT_NE(e, nullptr);
   const int64_t vocab = model->config.vocab_size;
   std::vector<int32_t> target = RandomTokens(50, vocab, 100);
@@ -367,6 +371,34 @@ TEST_F(EngineCoreTest, BatchInvarianceStories260K) {
   std::shared_ptr<const ModelWeights> stories = LoadStories();
   if (stories == nullptr) GTEST_SKIP() << "stories260K not available";
   CheckBatchInvariance(stories, &threads_);
+}
+
+// SmolLM2-135M-Instruct Q4_1 (the default model) when it is cached.
+std::shared_ptr<const ModelWeights> LoadSmolLm2() {
+  const char* cache = std::getenv("PDSERVE_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir =
+      cache != nullptr && *cache != '\0'
+          ? std::string(cache)
+          : std::string(home != nullptr ? home : ".") + "/.cache/pdserve";
+  const std::string path = dir + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (access(path.c_str(), R_OK) != 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return nullptr;
+  return std::shared_ptr<const ModelWeights>(std::move(*w));
+}
+
+TEST_F(EngineCoreTest, ChunkedPrefillEqualsOneShotSmolLm2) {
+  std::shared_ptr<const ModelWeights> smol = LoadSmolLm2();
+  if (smol == nullptr) GTEST_SKIP() << "SmolLM2 Q4_1 not in the cache";
+  CheckChunkedPrefill(smol, &threads_, 130, 1e-5f);
+}
+
+TEST_F(EngineCoreTest, BatchInvarianceSmolLm2) {
+  std::shared_ptr<const ModelWeights> smol = LoadSmolLm2();
+  if (smol == nullptr) GTEST_SKIP() << "SmolLM2 Q4_1 not in the cache";
+  CheckBatchInvariance(smol, &threads_);
 }
 
 // Random interleavings at the engine level: admit, prefill chunks, decode,
