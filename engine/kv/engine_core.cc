@@ -245,11 +245,8 @@ absl::Status EngineCore::Impl::ValidatePlan(
                      " tokens; the engine's limit is max_step_tokens=",
                      options_.max_step_tokens));
   }
-  if (static_cast<int64_t>(plan.size()) > max_rows_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step plan holds ", plan.size(), " sequences; the limit is ",
-        max_rows_));
-  }
+  // Each running entry needs a logits row; running sequences are at most
+  // max_sequences and each takes >= 1 token, so rows <= max_rows_ holds.
   const int64_t free_pages = pool_->Stats().free_pages;
   if (pages_needed > free_pages) {
     return absl::ResourceExhaustedError(

@@ -43,6 +43,28 @@ TEST(MemInfoTest, ParsesMemAvailable) {
   EXPECT_TRUE(ReadMemAvailableBytes().ok());
 }
 
+TEST(GeometryTest, ShapeFromModelConfig) {
+  ModelConfig c;  // SmolLM2-135M: 30 layers, 3 KV heads of 64
+  c.num_layers = 30;
+  c.num_heads = 9;
+  c.num_kv_heads = 3;
+  c.head_dim = 64;
+  c.max_context = 8192;
+  const KvModelShape s = KvModelShape::FromConfig(c);
+  EXPECT_EQ(s.num_attention_layers, 30);
+  EXPECT_EQ(s.kv_dim, 192);
+  EXPECT_EQ(s.max_context, 8192);
+  EXPECT_EQ(s.num_linear_layers, 0);
+  absl::StatusOr<KvGeometry> g =
+      ComputeKvGeometry(s, {.bytes = int64_t{1} << 30}, 16, 64, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->bytes_per_token_per_layer, 1536);
+  EXPECT_EQ(g->bytes_per_token, 46080);
+  EXPECT_EQ(g->bytes_per_page, 737280);  // 180 OS pages exactly
+  EXPECT_EQ(g->num_pages, (int64_t{1} << 30) / 737280);
+  EXPECT_EQ(g->total_tokens, g->num_pages * 16);
+}
+
 TEST(GeometryTest, FromByteBudget) {
   absl::StatusOr<KvGeometry> g = ComputeKvGeometry(
       SmallShape(), {.bytes = 1 << 20}, 16, 8, nullptr);
