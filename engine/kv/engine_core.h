@@ -114,8 +114,10 @@ struct EngineStats {
 // heap in steady state.
 class EngineCore {
  public:
-  // `weights` must outlive the core; `pool` runs the kernels (its threads are
-  // used by every Step). Errors name the numbers (budget, geometry).
+  // Shares ownership of `weights`; `threads` (not owned, must outlive the
+  // core) runs the kernels and the sampling of every Step. Sizes the KV pool
+  // from options.kv_memory and allocates every per-step buffer. Errors name
+  // the numbers (budget, geometry, max_step_tokens).
   static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
       std::shared_ptr<const ModelWeights> weights, ThreadPool* threads,
       EngineOptions options);
