@@ -73,6 +73,26 @@ absl::StatusOr<int64_t> GgufVocabSize(const GgufFile& f,
       ".vocab_size nor a 2-D token_embd.weight"));
 }
 
+// RoPE scaling changes every position's rotation; refusing it beats
+// silently wrong logits.
+absl::Status CheckGgufUnsupported(const GgufFile& f, const std::string& arch) {
+  const std::string key = arch + ".rope.scaling.type";
+  if (f.Find(key) != nullptr) {
+    absl::StatusOr<std::string> type = f.GetString(key);
+    if (!type.ok()) return type.status();
+    if (*type != "none") {
+      return absl::UnimplementedError(absl::StrCat(
+          f.path(), ": ", key, " = '", *type, "' is not supported"));
+    }
+  }
+  if (f.FindTensor("rope_freqs.weight") != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        f.path(), ": tensor 'rope_freqs.weight' (Llama 3.1 RoPE frequency ",
+        "scaling) is not supported"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 #define PDSERVE_ASSIGN(lhs, expr)     \
@@ -130,6 +150,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     PDSERVE_ASSIGN(c.eos_token_id, f.GetInt("tokenizer.ggml.eos_token_id"));
   }
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (absl::Status s = CheckGgufUnsupported(f, a); !s.ok()) return s;
   if (absl::Status s = ValidateModelConfig(c, f.path()); !s.ok()) return s;
   return c;
 }

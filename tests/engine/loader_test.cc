@@ -199,6 +199,23 @@ TEST(LoaderTest, UnsupportedArchitecture) {
   EXPECT_THAT(Msg(m.status()), HasSubstr("architecture 'gpt2'"));
 }
 
+TEST(LoaderTest, RopeScalingRefused) {
+  TempDir dir("loader");
+  GgufWriter w = testing_util::TinyGguf(TinySpec(), DType::kF32, DType::kF32);
+  w.SetString("llama.rope.scaling.type", "yarn");
+  ASSERT_TRUE(w.WriteFile(dir.Path("yarn.gguf")).ok());
+  auto m = LoadModel(dir.Path("yarn.gguf"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Msg(m.status()), HasSubstr("rope.scaling.type = 'yarn'"));
+  w.SetString("llama.rope.scaling.type", "none");
+  ASSERT_TRUE(w.AddF32Tensor("rope_freqs.weight", {4}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(w.WriteFile(dir.Path("freqs.gguf")).ok());
+  m = LoadModel(dir.Path("freqs.gguf"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(Msg(m.status()), HasSubstr("'rope_freqs.weight'"));
+}
+
 TEST(LoaderTest, UnknownFormat) {
   TempDir dir("loader");
   testing_util::WriteBytes(dir.Path("model.xyz"), "hello world");
