@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "kernels/matmul_internal.h"
@@ -353,11 +354,81 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 
+// exp(x) for |x| <= 87 (Cephes expf, as in the AVX-512 file); clamped
+// outside so that 2^n stays a normal float.
+inline __m256 Exp(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(87.0f));
+  const __m256 n = _mm256_round_ps(
+      _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// Loads / stores the first min(8, left) floats (zero-filled).
+inline __m256i TailMask(int64_t left) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(
+      _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, left))), idx);
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    const __m256 g = _mm256_maskload_ps(gate + i, m);
+    const __m256 u = _mm256_maskload_ps(up + i, m);
+    const __m256 silu = _mm256_div_ps(
+        g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(silu, u));
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  __m256 vmax = _mm256_set1_ps(neg_inf);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(neg_inf),
+                                                _mm256_maskload_ps(x + i, m),
+                                                _mm256_castsi256_ps(m)));
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const __m256 max = _mm256_set1_ps(_mm_cvtss_f32(h));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    const __m256 e = _mm256_and_ps(
+        Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)), _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(x + i, m, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / HSum(sum));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+  }
+}
+
 }  // namespace
 
 const IsaKernels& Avx2Kernels() {
   static const IsaKernels k{"avx2", kRowTile, &PreparedBytes, &Prepare,
-                            &Rows,  &Dot,     &Axpy};
+                            &Rows,  &Dot,     &Axpy,          &SwiGlu,
+                            &Softmax};
   return k;
 }
 

@@ -74,7 +74,15 @@ struct IsaKernels {
   void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // out[i] = silu(gate[i]) * up[i]; every element gets the same arithmetic
+  // wherever it sits in the array (the tail is masked, not scalar).
+  void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+  void (*softmax)(float* x, int64_t n);
 };
+
+// Scalar element-wise ops (ops.cc), the fallback entries of the table.
+void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
+void SoftmaxScalar(float* x, int64_t n);
 
 const IsaKernels& ScalarKernels();
 // These two exist only on x86-64 builds; callers check CPU support first.

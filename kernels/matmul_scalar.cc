@@ -118,7 +118,8 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 
 const IsaKernels& ScalarKernels() {
   static const IsaKernels k{"scalar", 4,    &PreparedBytes, &Prepare,
-                            &Rows,    &Dot, &Axpy};
+                            &Rows,    &Dot, &Axpy,          &SwiGluScalar,
+                            &SoftmaxScalar};
   return k;
 }
 

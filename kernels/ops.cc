@@ -1,6 +1,7 @@
 // Element-wise and row-wise f32 operations. Numerics follow Hugging Face
 // transformers' fp32 paths (operation order and f32 rounding at each step);
-// Dot and Axpy use the SIMD level MatMul selected.
+// Dot, Axpy, SwiGlu and Softmax use the SIMD level MatMul selected (their
+// vector exp is within ~2 ulp of expf).
 #include "kernels/ops.h"
 
 #include <algorithm>
@@ -57,24 +58,36 @@ void ApplyRope(float* x, int n_heads, int head_dim, int rot_dims, double pos,
   }
 }
 
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+namespace kernels_internal {
+
+void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void Softmax(float* x, int64_t n) {
+void SoftmaxScalar(float* x, int64_t n) {
   if (n <= 0) return;
   float max = x[0];
   for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
-  double sum = 0.0;
+  float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - max);
     sum += x[i];
   }
-  const float inv = static_cast<float>(1.0 / sum);
+  const float inv = 1.0f / sum;
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace kernels_internal
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  kernels_internal::ActiveKernels().swiglu(gate, up, n, out);
+}
+
+void Softmax(float* x, int64_t n) {
+  kernels_internal::ActiveKernels().softmax(x, n);
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) {

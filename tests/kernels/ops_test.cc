@@ -115,6 +115,38 @@ TEST(OpsTest, SwiGluSoftmaxAdd) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], y0[i] + x[i]);
 }
 
+TEST(OpsTest, SwiGluAndSoftmaxEveryLevel) {
+  for (const auto* k : kernels_internal::SupportedKernels()) {
+    for (int64_t n : {1, 7, 16, 17, 100, 1536}) {
+      SCOPED_TRACE(std::string(k->name) + " n=" + std::to_string(n));
+      std::vector<float> g = Random(n, 10, 5.0f), u = Random(n, 11);
+      g[0] = -100.0f;  // exp(100) saturates: silu -> -0
+      if (n > 1) g[1] = 90.0f;
+      std::vector<float> out(n);
+      k->swiglu(g.data(), u.data(), n, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = g[i] / (1.0 + std::exp(-double{g[i]})) * u[i];
+        ASSERT_NEAR(out[i], want, 5e-7 * std::fabs(want) + 1e-30) << "i=" << i;
+      }
+      // Each element's value does not depend on where it sits in the array.
+      if (n > 3) {
+        std::vector<float> shifted(n - 3);
+        k->swiglu(g.data() + 3, u.data() + 3, n - 3, shifted.data());
+        for (int64_t i = 0; i + 3 < n; ++i) ASSERT_EQ(shifted[i], out[i + 3]);
+      }
+      std::vector<float> s = Random(n, 12, 8.0f), orig = s;
+      k->softmax(s.data(), n);
+      double max = orig[0], sum = 0;
+      for (float v : orig) max = std::max(max, double{v});
+      for (float v : orig) sum += std::exp(v - max);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(orig[i] - max) / sum;
+        ASSERT_NEAR(s[i], want, 2e-6 * want + 1e-9) << "i=" << i;
+      }
+    }
+  }
+}
+
 TEST(OpsTest, DotAndAxpyEveryLevel) {
   for (const auto* k : kernels_internal::SupportedKernels()) {
     for (int64_t n : {0, 1, 3, 8, 15, 16, 17, 31, 64, 100, 1000}) {
