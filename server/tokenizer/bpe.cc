@@ -40,7 +40,8 @@ const ByteMap& Bytes() {
 }
 
 constexpr uint64_t kNoMerge = std::numeric_limits<uint64_t>::max();
-constexpr size_t kCacheCapacity = 1 << 16;
+constexpr size_t kCacheCapacity = 1 << 16;  // words
+constexpr size_t kCacheMaxWordBytes = 256;    // longer words are not cached
 constexpr size_t kHeapThreshold = 48;  // symbols; above it use the heap
 
 class ByteLevelBpe : public VocabTokenizer {
@@ -151,7 +152,8 @@ void ByteLevelBpe::EncodePiece(std::string_view piece,
       return;
     }
   }
-  {
+  const bool cacheable = piece.size() <= kCacheMaxWordBytes;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
@@ -171,6 +173,7 @@ void ByteLevelBpe::EncodePiece(std::string_view piece,
     MergeSmall(&syms);
   }
   out->insert(out->end(), syms.begin(), syms.end());
+  if (!cacheable) return;
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (cache_.size() < kCacheCapacity) cache_.emplace(key, syms);
 }

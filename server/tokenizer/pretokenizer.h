@@ -25,8 +25,12 @@ enum class PreTokenizerKind {
   kSmolLM,
 };
 
-// Maps a GGUF `tokenizer.ggml.pre` value ("gpt-2", "qwen2", "llama-bpe",
-// "llama3", "smollm", "default", ...) to a kind; NotFound names unknown ones.
+// Maps a GGUF `tokenizer.ggml.pre` value to a kind, following llama.cpp's
+// grouping: gpt-2/mpt/olmo/jais -> kGpt2; llama-bpe/llama3/dbrx/smaug-bpe ->
+// kLlama3; qwen2/stablelm2/deepseek-r1-qwen -> kQwen2; smollm/starcoder/
+// refact/codeshell -> kSmolLM. "default" (or a missing key) -> kGpt2, the
+// Hugging Face ByteLevel regex (llama.cpp uses a punctuation-first variant
+// there). NotFound names unknown values.
 absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(std::string_view name);
 // The reference regex of the kind (for matching tokenizer.json patterns).
 std::string_view PreTokenizerRegex(PreTokenizerKind kind);

@@ -51,7 +51,10 @@ class Tokenizer {
   // Concatenated TokenBytes of `ids` (may end in a partial UTF-8 sequence;
   // never validated). For vocabularies with a space prefix, the one leading
   // space that Encode added (from the first non-special token) is removed,
-  // so Decode(Encode(s)) == s. skip_special drops control/added tokens.
+  // so Decode(Encode(s)) == s (except, as in SentencePiece itself, that a
+  // literal "▁" in SentencePiece input decodes as a space, and NFC
+  // vocabularies (Qwen) give back the NFC form of s). skip_special drops
+  // control/added/unknown tokens.
   virtual std::string Decode(absl::Span<const int32_t> ids,
                              bool skip_special = false) const;
 
