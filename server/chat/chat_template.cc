@@ -11,7 +11,11 @@ namespace {
 using jinja::Value;
 using jinja::ValueDict;
 
-absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index) {
+absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index,
+                                   const ControlTokenSet* mark) {
+  auto str = [mark](const std::string& s) {
+    return Value::String(mark != nullptr ? mark->Mark(s) : s);
+  };
   if (m.role != "system" && m.role != "user" && m.role != "assistant" &&
       m.role != "tool") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -20,12 +24,12 @@ absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index) {
   }
   ValueDict d;
   if (m.reasoning_content.has_value()) {
-    d.Set("thinking", Value::String(*m.reasoning_content));
+    d.Set("thinking", str(*m.reasoning_content));
   }
   d.Set("role", Value::String(m.role));
-  d.Set("content", Value::String(m.content));
+  d.Set("content", str(m.content));
   if (m.reasoning_content.has_value()) {
-    d.Set("reasoning_content", Value::String(*m.reasoning_content));
+    d.Set("reasoning_content", str(*m.reasoning_content));
   }
   if (!m.tool_calls.empty()) {
     std::vector<Value> calls;
@@ -36,18 +40,18 @@ absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index) {
             "message ", index, " tool call '", c.name, "': ", args.status().message()));
       }
       ValueDict fn;
-      fn.Set("name", Value::String(c.name));
-      fn.Set("arguments", *std::move(args));
+      fn.Set("name", str(c.name));
+      fn.Set("arguments", mark != nullptr ? mark->MarkValue(*args) : *std::move(args));
       ValueDict call;
-      if (!c.id.empty()) call.Set("id", Value::String(c.id));
+      if (!c.id.empty()) call.Set("id", str(c.id));
       call.Set("type", Value::String("function"));
       call.Set("function", Value::Dict(std::move(fn)));
       calls.push_back(Value::Dict(std::move(call)));
     }
     d.Set("tool_calls", Value::List(std::move(calls)));
   }
-  if (m.tool_call_id.has_value()) d.Set("tool_call_id", Value::String(*m.tool_call_id));
-  if (m.name.has_value()) d.Set("name", Value::String(*m.name));
+  if (m.tool_call_id.has_value()) d.Set("tool_call_id", str(*m.tool_call_id));
+  if (m.name.has_value()) d.Set("name", str(*m.name));
   return Value::Dict(std::move(d));
 }
 
@@ -73,23 +77,24 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string source,
                       std::move(eos_token), fallback);
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(
-    const std::vector<ChatMessage>& messages,
-    const ChatRenderOptions& options) const {
+absl::StatusOr<ValueDict> ChatTemplate::Variables(
+    const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
+    const ControlTokenSet* mark) const {
+  auto marked = [mark](Value v) { return mark != nullptr ? mark->MarkValue(v) : v; };
   ValueDict vars;
   if (!bos_token_.empty()) vars.Set("bos_token", Value::String(bos_token_));
   if (!eos_token_.empty()) vars.Set("eos_token", Value::String(eos_token_));
   std::vector<Value> list;
   list.reserve(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
-    absl::StatusOr<Value> m = MessageValue(messages[i], i);
+    absl::StatusOr<Value> m = MessageValue(messages[i], i, mark);
     if (!m.ok()) return m.status();
     list.push_back(*std::move(m));
   }
   vars.Set("messages", Value::List(std::move(list)));
   absl::StatusOr<Value> tools = Value::FromJson(options.tools);
   if (!tools.ok()) return tools.status();
-  vars.Set("tools", *std::move(tools));
+  vars.Set("tools", marked(*std::move(tools)));
   vars.Set("documents", Value::None());
   vars.Set("add_generation_prompt", Value::Bool(options.add_generation_prompt));
   if (options.enable_thinking.has_value()) {
@@ -98,12 +103,34 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   for (const auto& [name, json] : options.extra_variables) {
     absl::StatusOr<Value> v = Value::FromJson(json);
     if (!v.ok()) return v.status();
-    vars.Set(name, *std::move(v));
+    vars.Set(name, marked(*std::move(v)));
   }
+  return vars;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(
+    const std::vector<ChatMessage>& messages,
+    const ChatRenderOptions& options) const {
+  absl::StatusOr<ValueDict> vars = Variables(messages, options, nullptr);
+  if (!vars.ok()) return vars.status();
   jinja::RenderOptions ro;
   ro.limits = options.limits;
   ro.now = options.now;
-  return template_.Render(vars, ro);
+  return template_.Render(*vars, ro);
+}
+
+absl::StatusOr<std::vector<PromptSegment>> ChatTemplate::RenderSegments(
+    const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
+    const std::vector<std::string>& control_tokens) const {
+  ControlTokenSet set(control_tokens);
+  absl::StatusOr<ValueDict> vars = Variables(messages, options, &set);
+  if (!vars.ok()) return vars.status();
+  jinja::RenderOptions ro;
+  ro.limits = options.limits;
+  ro.now = options.now;
+  absl::StatusOr<std::string> out = template_.Render(*vars, ro);
+  if (!out.ok()) return out.status();
+  return set.Split(*out);
 }
 
 }  // namespace pdserve

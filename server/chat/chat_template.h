@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "server/chat/control_tokens.h"
 #include "server/chat/jinja/template.h"
 
 namespace pdserve {
@@ -89,6 +90,20 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      const ChatRenderOptions& options) const;
 
+  // Render for tokenization without control-token injection: occurrences of
+  // `control_tokens` (the tokenizer's special/added token strings, e.g.
+  // "<|im_end|>") inside request strings come back as user_text segments,
+  // to be tokenized with special-token parsing OFF; all other segments are
+  // tokenized with it ON. This is transformers'
+  // apply_chat_template(sanitize_control_tokens=True): encoding the segments
+  // gives its ids. The concatenated texts equal Render()'s output except
+  // where the template runs string operations across a marked token (Qwen3
+  // strips "\n" around <think> in assistant turns; the markers stop that),
+  // and except for U+F0000/U+F0001 in requests, which are dropped.
+  absl::StatusOr<std::vector<PromptSegment>> RenderSegments(
+      const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
+      const std::vector<std::string>& control_tokens) const;
+
   bool is_fallback() const { return fallback_; }
   const std::string& source() const { return source_; }
 
@@ -98,6 +113,10 @@ class ChatTemplate {
       : template_(std::move(t)), source_(std::move(source)),
         bos_token_(std::move(bos)), eos_token_(std::move(eos)),
         fallback_(fallback) {}
+
+  absl::StatusOr<jinja::ValueDict> Variables(
+      const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
+      const ControlTokenSet* mark) const;
 
   jinja::Template template_;
   std::string source_;

@@ -12,3 +12,10 @@ if(TARGET pdserve_chat)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/chat_template_test.cc
     LIBS pdserve_chat Threads::Threads)
 endif()
+# RenderSegments encoded with the pdserve tokenizer vs transformers'
+# sanitize_control_tokens ids (needs the tokenizer library).
+if(TARGET pdserve_chat AND TARGET pdserve_tokenizer)
+  pdserve_add_test(NAME chat_sanitize_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/chat_sanitize_test.cc
+    LIBS pdserve_chat pdserve_tokenizer nlohmann_json::nlohmann_json)
+endif()
