@@ -25,7 +25,9 @@ namespace pdserve::kernels_internal {
 namespace {
 
 constexpr int kRowTile = 4;  // at most 4: Q4_1 keeps row minima in xmm lanes
-constexpr int kTokTile = 4;
+// Token tile: quantized tiles also hold per-token activation vectors.
+template <DType kType>
+constexpr int kTokTile = IsQuantized(kType) ? 4 : 6;
 
 // ---- Prepared-activation layout -------------------------------------------
 
@@ -349,9 +351,13 @@ void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xt[t] + i);
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * w.row_bytes +
-                       i * (kType == DType::kF32 ? 4 : 2),
-                   _MM_HINT_T0);
+      // Stream the weights in during the first token tile only; 2-byte types
+      // cover a cache line every other step.
+      if (t0 == 0 && (kType == DType::kF32 || i % 32 == 0)) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * w.row_bytes +
+                         i * (kType == DType::kF32 ? 4 : 2),
+                     _MM_HINT_T0);
+      }
       const __m512 wv = LoadW<kType>(rows[r], i, mask);
       #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
@@ -387,8 +393,8 @@ constexpr auto TileRow(std::integer_sequence<int, Ts...>) {
 
 template <DType kType, int... Rs>
 constexpr auto TileTable(std::integer_sequence<int, Rs...>) {
-  return std::array<std::array<TileFn, kTokTile>, sizeof...(Rs)>{
-      TileRow<kType, Rs + 1>(std::make_integer_sequence<int, kTokTile>())...};
+  return std::array<std::array<TileFn, kTokTile<kType>>, sizeof...(Rs)>{
+      TileRow<kType, Rs + 1>(std::make_integer_sequence<int, kTokTile<kType>>())...};
 }
 
 template <DType kType>
@@ -404,8 +410,8 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
       kRowTile, (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {
-      const int64_t nt = std::min<int64_t>(kTokTile, a.n_tokens - t0);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile<kType>) {
+      const int64_t nt = std::min<int64_t>(kTokTile<kType>, a.n_tokens - t0);
       for (int64_t r0 = c0; r0 < c1; r0 += kRowTile) {
         const int64_t nr = std::min<int64_t>(kRowTile, c1 - r0);
         kTable[nr - 1][nt - 1](a, l, r0, t0);
