@@ -459,6 +459,36 @@ TEST_F(EngineCoreTest, RandomScheduleReturnsAllCapacity) {
   EXPECT_GT(end.steps, 100);
 }
 
+// Physical KV memory follows the tokens written, not max_seq_len, and goes
+// back to the OS at once when a sequence finishes or is cancelled.
+TEST_F(EngineCoreTest, ResidentMemoryFollowsTokens) {
+  std::unique_ptr<EngineCore> e = MakeEngine(model_, &threads_, 64 << 20);
+  ASSERT_NE(e, nullptr);
+  const int64_t page_bytes = e->Geometry().bytes_per_page;
+  EXPECT_EQ(e->ResidentBytes(), 0);
+  ASSERT_TRUE(
+      e->AddSequence(1, RandomTokens(20, 97, 1), 1024, Greedy(), {}, 3).ok());
+  ASSERT_TRUE(
+      e->AddSequence(2, RandomTokens(40, 97, 2), 1024, Greedy(), {}, 100)
+          .ok());
+  EXPECT_EQ(e->ResidentBytes(), 0);  // admitted, nothing written
+  StepResult r;
+  ASSERT_TRUE(e->Step({{1, 20}, {2, 40}}, &r).ok());
+  // 20 tokens -> 2 pages, 40 tokens -> 3 pages; capacity would be 2 x 64.
+  EXPECT_EQ(e->Stats().pool.used_pages, 5);
+  EXPECT_EQ(e->Stats().pool.used_tokens, 60);
+  EXPECT_GT(e->ResidentBytes(), 0);
+  EXPECT_LE(e->ResidentBytes(), 5 * page_bytes);
+  ASSERT_TRUE(e->Step({{1, 1}, {2, 1}}, &r).ok());
+  ASSERT_TRUE(e->Step({{1, 1}, {2, 1}}, &r).ok());
+  EXPECT_EQ(r.sequences[0].finish, FinishReason::kLength);  // 3 tokens
+  EXPECT_EQ(e->Stats().pool.used_pages, 3);  // seq 1's pages freed at finish
+  EXPECT_LE(e->ResidentBytes(), 3 * page_bytes);
+  ASSERT_TRUE(e->Release(2).ok());  // cancel
+  EXPECT_EQ(e->ResidentBytes(), 0);
+  EXPECT_EQ(e->Stats().pool.used_pages, 0);
+}
+
 TEST_F(EngineCoreTest, StepReportsBytesAndTimingsFromInjectedClock) {
   EngineOptions o;
   o.kv_memory = {.bytes = 1 << 20};
