@@ -229,6 +229,11 @@ def main():
                                text=True).stdout
     if not re.search(r"^\s*serve\b", help_text, re.M):
         skip("`pdserve serve` does not exist yet (issue 5)")
+    with open(args.pdserve, "rb") as f:
+        if b"pdserve_build_info" not in f.read():
+            skip("pdserve does not link server/metrics yet: its processes "
+                 "serve no /metrics (wiring listed in "
+                 "server/metrics/process_metrics.h)")
     for tool_name in ("prometheus", "promtool"):
         if not shutil.which(tool_name):
             skip(f"{tool_name} not installed (Debian package prometheus)")
