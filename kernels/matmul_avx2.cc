@@ -148,10 +148,12 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w.row(r0 + r);
-      // Fetch ahead in the weight stream (two row tiles on).
-      _mm_prefetch(reinterpret_cast<const char*>(row) + 8 * w.row_bytes +
-                       b * (w.row_bytes / l.nb),
-                   _MM_HINT_T0);
+      // Fetch ahead in the weight stream (four row tiles on) into L2.
+      if (t0 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(row) + 16 * w.row_bytes +
+                         b * (w.row_bytes / l.nb),
+                     _MM_HINT_T1);
+      }
       __m256i wv;
       float dw;
       float mw = 0.0f;

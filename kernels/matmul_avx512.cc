@@ -204,11 +204,12 @@ __attribute__((always_inline)) inline void QuantPairStep(
                   _mm_setzero_ps()};
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    // Fetch ahead in the weight stream (two row tiles on).
+    // Fetch ahead in the weight stream (four row tiles on) into L2; the L1
+    // streamer takes it from there.
     if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 8 * l.row_bytes +
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 16 * l.row_bytes +
                        p * 2 * kBlockBytes<kType>,
-                   _MM_HINT_T0);
+                   _MM_HINT_T1);
     }
     __m512i wv;
     __m512 ws;
