@@ -270,6 +270,14 @@ SMOL_USERS = [
     "Explain why the sky is blue.",
     "Write a short story about a cat who learns to fly.",
     "List three tips for staying healthy.",
+    "What is 2 + 2?",
+    "Translate 'good morning' into French.",
+    "Who wrote Romeo and Juliet?",
+    "Name the planets of the solar system.",
+    "What is photosynthesis?",
+    "Count from one to ten.",
+    "What is the boiling point of water?",
+    "Say hello.",
 ]
 
 
