@@ -171,6 +171,21 @@ TEST(JinjaRenderTest, LimitsAreErrorsNamingTheLimit) {
   EXPECT_THAT(r.status().message(), HasSubstr("string repetition"));
 }
 
+TEST(JinjaRenderTest, ValuesBuiltWhileRenderingStayShallow) {
+  // Growing a nested list in a loop is stopped before printing or freeing
+  // it could exhaust the stack.
+  absl::StatusOr<std::string> r = Render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("nested deeper than 200"));
+  // A namespace that contains itself prints (cut off) instead of recursing.
+  r = Render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns.me.a }}"
+             "{{ (ns | string)[:30] }}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "1<Namespace {'a': 1, 'me': <Nam");
+}
+
 TEST(JinjaRenderTest, StrftimeNowUsesTheGivenClock) {
   RenderOptions options;
   options.now = absl::FromUnixSeconds(1721952000);  // 2024-07-26 00:00:00 UTC

@@ -22,6 +22,9 @@ namespace pdserve::jinja {
 namespace {
 
 constexpr int64_t kMaxRange = 100000;  // jinja2 sandbox MAX_RANGE
+// Values built while rendering stay shallow enough that printing, comparing
+// and freeing them cannot exhaust the stack (JSON inputs are limited to 128).
+constexpr int kMaxValueDepth = 200;
 
 class Renderer {
  public:
@@ -273,6 +276,10 @@ absl::StatusOr<CallArgs> Renderer::EvalArgs(const Expr& e, size_t first) {
 absl::StatusOr<Value> Renderer::Eval(const Expr& e) {
   absl::StatusOr<Value> v = EvalInner(e);
   if (!v.ok()) return Locate(e.offset, v.status());
+  if (v->Depth() > kMaxValueDepth) {
+    return Locate(e.offset, absl::InvalidArgumentError(absl::StrCat(
+                                "value nested deeper than ", kMaxValueDepth, " levels")));
+  }
   return v;
 }
 

@@ -18,6 +18,7 @@ const Value* ValueDict::Find(absl::string_view key) const {
 }
 
 void ValueDict::Set(std::string key, Value value) {
+  depth_ = std::max(depth_, 1 + value.Depth());
   auto it = index_.find(key);
   if (it != index_.end()) {
     items_[it->second].second = std::move(value);
@@ -35,6 +36,7 @@ Value Value::List(std::vector<Value> items, bool tuple) {
   auto list = std::make_shared<ValueList>();
   list->items = std::move(items);
   list->tuple = tuple;
+  for (const Value& v : list->items) list->depth = std::max(list->depth, 1 + v.Depth());
   return Value(ListPtr(std::move(list)));
 }
 
@@ -44,6 +46,15 @@ Value Value::Dict(ValueDict dict) {
 
 Value Value::Namespace(ValueDict dict) {
   return Value(NamespaceRef{std::make_shared<ValueDict>(std::move(dict))});
+}
+
+int Value::Depth() const {
+  switch (kind()) {
+    case Kind::kList: return as_list().depth;
+    case Kind::kDict: return as_dict().depth();
+    case Kind::kNamespace: return namespace_dict().depth();
+    default: return 0;
+  }
 }
 
 double Value::ToDouble() const {
@@ -109,7 +120,8 @@ std::string Value::Str() const {
   }
 }
 
-std::string Value::Repr() const {
+std::string Value::ReprAt(int level) const {
+  if (level > 300) return "...";
   switch (kind()) {
     case Kind::kUndefined: return "Undefined";
     case Kind::kNone: return "None";
@@ -122,7 +134,7 @@ std::string Value::Repr() const {
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
-        out += l.items[i].Repr();
+        out += l.items[i].ReprAt(level + 1);
       }
       if (l.tuple && l.items.size() == 1) out += ",";
       return out + (l.tuple ? ")" : "]");
@@ -135,7 +147,7 @@ std::string Value::Repr() const {
       for (const auto& [k, v] : d.items()) {
         if (!first) out += ", ";
         first = false;
-        out += PyReprString(k) + ": " + v.Repr();
+        out += PyReprString(k) + ": " + v.ReprAt(level + 1);
       }
       return out + (kind() == Kind::kDict ? "}" : "}>");
     }

@@ -27,6 +27,7 @@ struct MacroDef;  // defined by the parser (ast.h); owned by the Template.
 struct ValueList {
   std::vector<Value> items;
   bool tuple = false;
+  int depth = 1;  // container nesting depth (set by Value::List)
 };
 
 // A Python dict with string keys, kept in insertion order. Not thread-safe
@@ -40,9 +41,12 @@ class ValueDict {
     return items_;
   }
   size_t size() const { return items_.size(); }
+  // Container nesting depth: 1 + the deepest value ever stored.
+  int depth() const { return depth_; }
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
+  int depth_ = 1;
   absl::flat_hash_map<std::string, size_t> index_;
 };
 
@@ -122,7 +126,9 @@ class Value {
   // Python str(): what `{{ x }}` renders (Undefined renders "").
   std::string Str() const;
   // Python repr() (used for items inside printed containers).
-  std::string Repr() const;
+  std::string Repr() const { return ReprAt(0); }
+  // Nesting depth of containers (0 for scalars); O(1).
+  int Depth() const;
   // Python ==, with jinja2's rule that two Undefined compare equal.
   bool Equals(const Value& other) const;
   // The Python type name for error messages ("str", "dict", "undefined").
@@ -133,6 +139,8 @@ class Value {
   using DictPtr = std::shared_ptr<const ValueDict>;
   template <typename T>
   explicit Value(T v) : v_(std::move(v)) {}
+  // Repr with a recursion guard (namespaces can contain themselves).
+  std::string ReprAt(int level) const;
 
   std::variant<UndefinedValue, NoneValue, bool, int64_t, double, std::string,
                ListPtr, DictPtr, NamespaceRef, MacroRef>
