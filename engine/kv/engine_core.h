@@ -17,10 +17,11 @@
 //      positions) is full, so the sampled token could not be fed back.
 //      A sequence therefore yields at most max_seq_len - prompt_len + 1
 //      tokens.
-//   Release(id)                                 frees its pages at once
-//                                               (finish or cancel; finished
-//                                               sequences must be released
-//                                               too).
+//      A finished sequence's KV pages return to the pool at that moment;
+//      its record stays (a plan naming it reports the finish) until
+//   Release(id)                                 forgets it; for a running
+//                                               sequence (cancel) its pages
+//                                               are freed at once.
 #ifndef PDSERVE_ENGINE_KV_ENGINE_CORE_H_
 #define PDSERVE_ENGINE_KV_ENGINE_CORE_H_
 
@@ -130,20 +131,22 @@ class EngineCore {
   // a token id >= vocab size or < 0, max_seq_len <= 0 or above the model's
   // context length or the pool's total tokens, a prompt longer than
   // max_seq_len, max_new_tokens <= 0, bad sampling parameters;
-  // RESOURCE_EXHAUSTED when max_sequences are live.
+  // RESOURCE_EXHAUSTED when max_sequences are running or 2 * max_sequences
+  // records (finished ones not yet released included) are held.
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
                            int64_t max_new_tokens);
 
   // Executes `plan` as one forward pass and samples. The plan is validated
-  // before anything changes: an unknown or finished id, a duplicate id,
-  // num_tokens <= 0, a prefill chunk past the end of the prompt, a decode of
-  // more than 1 token, or more than max_step_tokens in total give
-  // INVALID_ARGUMENT / FAILED_PRECONDITION; too few free KV pages gives
-  // RESOURCE_EXHAUSTED (pages needed, free). In all these cases no sequence
-  // changed. A decode step on a sequence whose capacity is full finishes it
-  // with kLength (processed 0) without hurting the others.
+  // before anything changes: an unknown id (NOT_FOUND), a duplicate id,
+  // num_tokens <= 0, more tokens than are pending (past the end of the
+  // prompt; more than 1 for a decode), or more than max_step_tokens in total
+  // (INVALID_ARGUMENT); too few free KV pages (RESOURCE_EXHAUSTED naming
+  // pages needed and free). In all these cases no sequence changed. An entry
+  // for a finished sequence is reported (its finish reason, 0 tokens)
+  // without running, so a decode step at full capacity never runs and no
+  // other sequence is hurt. Results come in plan order.
   absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
 
   // Forgets `id` and frees its pages and state at once (finish or cancel).
@@ -164,9 +167,8 @@ class EngineCore {
   // Step. For tests and debugging.
   absl::Span<const float> LastLogits(SequenceId id) const;
 
-  class Impl;
-
  private:
+  class Impl;
   explicit EngineCore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
