@@ -87,6 +87,10 @@ int32_t VocabTokenizer::MatchSpecial(std::string_view text, size_t pos) const {
 
 absl::StatusOr<std::vector<int32_t>> VocabTokenizer::Encode(
     std::string_view text, bool parse_special) const {
+  if (text.size() >= (size_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "text of ", text.size(), " bytes exceeds the 4 GiB encode limit"));
+  }
   if (absl::Status s = unicode::ValidateUtf8(text); !s.ok()) return s;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);

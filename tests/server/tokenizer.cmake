@@ -15,3 +15,5 @@ pdserve_add_test(NAME tokenizer_cli_test LABEL unit
   SOURCES tokenizer_cli_test.cc
           ${CMAKE_SOURCE_DIR}/server/cli/tokenize_command.cc
   LIBS pdserve_tokenizer)
+pdserve_add_test(NAME tokenizer_synthetic_test LABEL unit
+  SOURCES tokenizer_synthetic_test.cc LIBS pdserve_tokenizer pdserve_formats)
