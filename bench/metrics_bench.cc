@@ -15,8 +15,8 @@ namespace pdserve::metrics {
 namespace {
 
 void BM_EngineRecordStep(benchmark::State& state) {
-  auto engine = EngineMetrics::Create(NewRegistry(),
-                                      {.peak_bandwidth_bytes_per_second = 1e11});
+  auto engine = EngineMetrics::Create(
+      NewRegistry(), {.peak_bandwidth_bytes_per_second = 1e11});
   StepStats step;
   step.kind = StepKind::kDecode;
   step.duration_seconds = 0.01;
@@ -90,8 +90,10 @@ BENCHMARK(BM_SerializeAllSets)->Unit(benchmark::kMicrosecond);
 void BM_CopyProbe(benchmark::State& state) {
   double best = 0.0;
   for (auto _ : state) {
-    auto r = MeasureHostCopyBandwidth(
-        {.buffer_bytes = 0, .reps = 3, .threads = static_cast<int>(state.range(0))});
+    auto r =
+        MeasureHostCopyBandwidth({.buffer_bytes = 0,
+                                  .reps = 3,
+                                  .threads = static_cast<int>(state.range(0))});
     if (!r.ok()) {
       state.SkipWithError(std::string(r.status().message()).c_str());
       return;
@@ -100,7 +102,11 @@ void BM_CopyProbe(benchmark::State& state) {
   }
   state.counters["GB_per_s"] = best / 1e9;
 }
-BENCHMARK(BM_CopyProbe)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CopyProbe)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pdserve::metrics

@@ -22,8 +22,7 @@ std::vector<double> OneTwoFive(int lo_exp, int hi_exp) {
 
 }  // namespace
 
-std::vector<double> ExponentialBuckets(double start, double factor,
-                                       int count) {
+std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   std::vector<double> out;
   if (!(start > 0.0) || !(factor > 1.0) || count < 1) return out;
   out.reserve(static_cast<size_t>(count));
@@ -39,9 +38,9 @@ std::vector<double> RequestLatencyBuckets() {
 }
 
 std::vector<double> TokenLatencyBuckets() {
-  std::vector<double> out = {0.001, 0.002, 0.003, 0.004, 0.005, 0.0075,
-                             0.010, 0.015, 0.020, 0.025, 0.030, 0.040,
-                             0.050, 0.075, 0.100};
+  std::vector<double> out = {0.001,  0.002, 0.003, 0.004, 0.005,
+                             0.0075, 0.010, 0.015, 0.020, 0.025,
+                             0.030,  0.040, 0.050, 0.075, 0.100};
   for (double v : OneTwoFive(-1, 1)) {
     if (v > 0.1) out.push_back(v);
   }

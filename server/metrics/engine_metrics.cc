@@ -18,9 +18,9 @@ absl::Status CheckPeak(double bytes_per_second, const std::string& source) {
         bytes_per_second));
   }
   if (source != "configured" && source != "probe") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "peak bandwidth source is '", source,
-        "', must be 'configured' or 'probe'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("peak bandwidth source is '", source,
+                     "', must be 'configured' or 'probe'"));
   }
   return absl::OkStatus();
 }
@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
   }
   if (!std::isfinite(options.peak_flop_per_second) ||
       options.peak_flop_per_second < 0.0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "peak FLOP/s is %g, must be finite and >= 0",
-        options.peak_flop_per_second));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("peak FLOP/s is %g, must be finite and >= 0",
+                        options.peak_flop_per_second));
   }
   std::unique_ptr<EngineMetrics> m(new EngineMetrics(std::move(registry)));
   m->Register(options);
@@ -62,8 +62,10 @@ void EngineMetrics::Register(const EngineMetricsOptions& options) {
   auto& duration = HistogramFamily(r, kStepDuration);
   auto& batch = HistogramFamily(r, kBatchSize);
   auto& bandwidth = HistogramFamily(r, kBandwidthHistogram);
-  for (StepKind kind : {StepKind::kPrefill, StepKind::kDecode, StepKind::kMixed}) {
-    const prometheus::Labels labels = {{"kind", std::string(StepKindName(kind))}};
+  for (StepKind kind :
+       {StepKind::kPrefill, StepKind::kDecode, StepKind::kMixed}) {
+    const prometheus::Labels labels = {
+        {"kind", std::string(StepKindName(kind))}};
     PerKind& pk = per_kind_[KindIndex(kind)];
     pk.duration = &duration.Add(labels, StepDurationBuckets());
     pk.batch = &batch.Add(labels, BatchSizeBuckets());
@@ -102,8 +104,8 @@ void EngineMetrics::Register(const EngineMetricsOptions& options) {
   linear_total_ = &GaugeFamily(r, kLinearSlotsTotal).Add({});
   linear_used_ = &GaugeFamily(r, kLinearSlotsUsed).Add({});
   if (options.vllm_compat) {
-    vllm_kv_usage_ = &GaugeFamily(r, kVllmKvUsage)
-                          .Add({{"model_name", options.model_name}});
+    vllm_kv_usage_ =
+        &GaugeFamily(r, kVllmKvUsage).Add({{"model_name", options.model_name}});
   }
 }
 
@@ -114,7 +116,8 @@ absl::Status EngineMetrics::RecordStep(const StepStats& step) {
   pk.batch->Observe(static_cast<double>(step.batch_size));
   internal::AddPositive(*prefill_tokens_,
                         static_cast<double>(step.prefill_tokens));
-  internal::AddPositive(*decode_tokens_, static_cast<double>(step.decode_tokens));
+  internal::AddPositive(*decode_tokens_,
+                        static_cast<double>(step.decode_tokens));
   internal::AddPositive(*weights_read_,
                         static_cast<double>(step.weight_bytes_read));
   internal::AddPositive(*kv_read_, static_cast<double>(step.kv_bytes_read));
@@ -138,7 +141,8 @@ absl::Status EngineMetrics::RecordPool(const PoolStats& pool) {
   if (absl::Status s = ValidatePoolStats(pool); !s.ok()) return s;
   kv_capacity_tokens_->Set(static_cast<double>(pool.capacity_tokens));
   kv_used_tokens_->Set(static_cast<double>(pool.used_tokens));
-  kv_free_tokens_->Set(static_cast<double>(pool.capacity_tokens - pool.used_tokens));
+  kv_free_tokens_->Set(
+      static_cast<double>(pool.capacity_tokens - pool.used_tokens));
   kv_capacity_pages_->Set(static_cast<double>(pool.total_pages));
   kv_used_pages_->Set(static_cast<double>(pool.used_pages));
   kv_free_pages_->Set(static_cast<double>(pool.total_pages - pool.used_pages));

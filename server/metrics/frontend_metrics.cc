@@ -11,9 +11,8 @@
 namespace pdserve::metrics {
 namespace {
 
-constexpr absl::string_view kFinishReasonNames[] = {"stop", "length",
-                                                     "cancelled", "error",
-                                                     "other"};
+constexpr absl::string_view kFinishReasonNames[] = {
+    "stop", "length", "cancelled", "error", "other"};
 
 size_t FinishReasonIndex(absl::string_view reason) {
   for (size_t i = 0; i + 1 < std::size(kFinishReasonNames); ++i) {
@@ -34,15 +33,14 @@ absl::Status ValidateRequest(const RequestStats& r) {
         {"prefill_seconds", r.prefill_seconds},
         {"decode_seconds", r.decode_seconds}}) {
     if (!std::isfinite(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("request %s is %g, must be finite",
-                          std::string(name), value));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "request %s is %g, must be finite", std::string(name), value));
     }
   }
   if (r.prompt_tokens < 0 || r.generated_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request token counts must be >= 0, got prompt ", r.prompt_tokens,
-        " generated ", r.generated_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request token counts must be >= 0, got prompt ",
+                     r.prompt_tokens, " generated ", r.generated_tokens));
   }
   if (r.method.empty()) {
     return absl::InvalidArgumentError("request method name is empty");
@@ -62,8 +60,7 @@ absl::StatusOr<std::unique_ptr<FrontendMetrics>> FrontendMetrics::Create(
   return m;
 }
 
-FrontendMetrics::FrontendMetrics(
-    std::shared_ptr<prometheus::Registry> registry)
+FrontendMetrics::FrontendMetrics(std::shared_ptr<prometheus::Registry> registry)
     : registry_(std::move(registry)) {}
 
 void FrontendMetrics::Register() {

@@ -55,8 +55,7 @@ inline constexpr MetricSpec kBandwidthRatio = {
     "pdserve_engine_memory_bandwidth_utilization_ratio", MetricType::kGauge,
     "Achieved memory bandwidth of the last step / the device peak."};
 inline constexpr MetricSpec kPeakBandwidth = {
-    "pdserve_engine_peak_memory_bandwidth_bytes_per_second",
-    MetricType::kGauge,
+    "pdserve_engine_peak_memory_bandwidth_bytes_per_second", MetricType::kGauge,
     "Device peak memory bandwidth used for the ratio; source=configured or "
     "probe (a timed copy at start)."};
 inline constexpr MetricSpec kFlopsGauge = {
@@ -82,15 +81,15 @@ inline constexpr MetricSpec kKvFreeTokens = {
 inline constexpr MetricSpec kKvCapacityPages = {
     "pdserve_engine_kv_capacity_pages", MetricType::kGauge,
     "Pages in the KV pool."};
-inline constexpr MetricSpec kKvUsedPages = {
-    "pdserve_engine_kv_used_pages", MetricType::kGauge,
-    "Pages held by live sequences."};
-inline constexpr MetricSpec kKvFreePages = {
-    "pdserve_engine_kv_free_pages", MetricType::kGauge,
-    "Pages free in the KV pool."};
-inline constexpr MetricSpec kKvPageSize = {
-    "pdserve_engine_kv_page_size_tokens", MetricType::kGauge,
-    "Token positions per KV page."};
+inline constexpr MetricSpec kKvUsedPages = {"pdserve_engine_kv_used_pages",
+                                            MetricType::kGauge,
+                                            "Pages held by live sequences."};
+inline constexpr MetricSpec kKvFreePages = {"pdserve_engine_kv_free_pages",
+                                            MetricType::kGauge,
+                                            "Pages free in the KV pool."};
+inline constexpr MetricSpec kKvPageSize = {"pdserve_engine_kv_page_size_tokens",
+                                           MetricType::kGauge,
+                                           "Token positions per KV page."};
 inline constexpr MetricSpec kKvCapacityBytes = {
     "pdserve_engine_kv_capacity_bytes", MetricType::kGauge,
     "Memory held by the KV pool, in bytes."};
@@ -149,9 +148,9 @@ inline constexpr MetricSpec kTokenBudget = {
 inline constexpr MetricSpec kRequests = {
     "pdserve_frontend_requests_total", MetricType::kCounter,
     "Finished RPCs, by method and gRPC status code."};
-inline constexpr MetricSpec kInFlight = {
-    "pdserve_frontend_requests_in_flight", MetricType::kGauge,
-    "RPCs started and not yet finished."};
+inline constexpr MetricSpec kInFlight = {"pdserve_frontend_requests_in_flight",
+                                         MetricType::kGauge,
+                                         "RPCs started and not yet finished."};
 inline constexpr MetricSpec kFinishReasons = {
     "pdserve_frontend_finish_reasons_total", MetricType::kCounter,
     "Finished generations, by finish reason (stop, length, cancelled, "
@@ -206,19 +205,61 @@ inline constexpr MetricSpec kVllmKvUsage = {
     "pdserve_engine_kv_usage_ratio)."};
 
 // Every spec above, for tests and documentation.
-inline constexpr const MetricSpec* kAllMetrics[] = {
-    &kBuildInfo, &kReady, &kStartTime, &kStepDuration, &kEngineTokens,
-    &kBatchSize, &kMemoryBytes, &kBandwidthGauge, &kBandwidthHistogram,
-    &kBandwidthRatio, &kPeakBandwidth, &kFlopsGauge, &kFlopTotal, &kPeakFlops,
-    &kKvCapacityTokens, &kKvUsedTokens, &kKvFreeTokens, &kKvCapacityPages,
-    &kKvUsedPages, &kKvFreePages, &kKvPageSize, &kKvCapacityBytes, &kKvUsage,
-    &kActiveSequences, &kMaxSequences, &kEnginePreemptions, &kLinearSlotsTotal,
-    &kLinearSlotsUsed, &kWaiting, &kRunning, &kAdmissions, &kRejections,
-    &kCancellations, &kSchedPreemptions, &kFinished, &kIterations,
-    &kPlannedTokens, &kTokenBudget, &kRequests, &kInFlight, &kFinishReasons,
-    &kTtft, &kItl, &kE2e, &kQueueTime, &kPrefillTime, &kDecodeTime,
-    &kPromptTokens, &kGenerationTokens, &kWriteStalls, &kWriteStallTime,
-    &kTokenizerTime, &kVllmWaiting, &kVllmRunning, &kVllmKvUsage};
+inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
+                                                    &kReady,
+                                                    &kStartTime,
+                                                    &kStepDuration,
+                                                    &kEngineTokens,
+                                                    &kBatchSize,
+                                                    &kMemoryBytes,
+                                                    &kBandwidthGauge,
+                                                    &kBandwidthHistogram,
+                                                    &kBandwidthRatio,
+                                                    &kPeakBandwidth,
+                                                    &kFlopsGauge,
+                                                    &kFlopTotal,
+                                                    &kPeakFlops,
+                                                    &kKvCapacityTokens,
+                                                    &kKvUsedTokens,
+                                                    &kKvFreeTokens,
+                                                    &kKvCapacityPages,
+                                                    &kKvUsedPages,
+                                                    &kKvFreePages,
+                                                    &kKvPageSize,
+                                                    &kKvCapacityBytes,
+                                                    &kKvUsage,
+                                                    &kActiveSequences,
+                                                    &kMaxSequences,
+                                                    &kEnginePreemptions,
+                                                    &kLinearSlotsTotal,
+                                                    &kLinearSlotsUsed,
+                                                    &kWaiting,
+                                                    &kRunning,
+                                                    &kAdmissions,
+                                                    &kRejections,
+                                                    &kCancellations,
+                                                    &kSchedPreemptions,
+                                                    &kFinished,
+                                                    &kIterations,
+                                                    &kPlannedTokens,
+                                                    &kTokenBudget,
+                                                    &kRequests,
+                                                    &kInFlight,
+                                                    &kFinishReasons,
+                                                    &kTtft,
+                                                    &kItl,
+                                                    &kE2e,
+                                                    &kQueueTime,
+                                                    &kPrefillTime,
+                                                    &kDecodeTime,
+                                                    &kPromptTokens,
+                                                    &kGenerationTokens,
+                                                    &kWriteStalls,
+                                                    &kWriteStallTime,
+                                                    &kTokenizerTime,
+                                                    &kVllmWaiting,
+                                                    &kVllmRunning,
+                                                    &kVllmKvUsage};
 
 }  // namespace pdserve::metrics
 

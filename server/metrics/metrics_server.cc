@@ -50,13 +50,13 @@ prometheus::Gauge& RegisterProcessMetrics(prometheus::Registry& registry,
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const MetricsServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics port ", options.port, " is outside 0..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
   }
   if (options.num_threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics server num_threads is ", options.num_threads,
-        ", must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics server num_threads is ", options.num_threads,
+                     ", must be >= 1"));
   }
   if (options.process.empty() || options.host.empty()) {
     return absl::InvalidArgumentError(
@@ -78,8 +78,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
           "static TLS does not fit civetweb's thread stacks; load the CUDA "
           "backend as a plugin instead)";
     }
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve /metrics on ", bind, ": ", e.what(), hint));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", bind, ": ", e.what(), hint));
   }
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   if (ports.empty() || ports.front() <= 0) {

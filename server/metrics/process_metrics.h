@@ -79,8 +79,8 @@ struct FrontendMetricsHandle {
 
 // Starts the engine's endpoint (process="engine"). With no configured peak it
 // runs the copy probe first (about 0.3-1 s with the default buffer) and
-// labels the peak source "probe". Errors: those of MetricsServer::Start, the probe, or
-// EngineMetrics::Create.
+// labels the peak source "probe". Errors: those of MetricsServer::Start, the
+// probe, or EngineMetrics::Create.
 absl::StatusOr<EngineMetricsHandle> StartEngineMetrics(
     const ProcessMetricsFlags& flags);
 

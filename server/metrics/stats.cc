@@ -63,9 +63,9 @@ double AchievedFlopsPerSecond(const StepStats& step) {
 
 absl::Status ValidateStepStats(const StepStats& step) {
   if (!std::isfinite(step.duration_seconds) || step.duration_seconds <= 0.0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "step duration_seconds is %g, must be finite and > 0",
-        step.duration_seconds));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step duration_seconds is %g, must be finite and > 0",
+                        step.duration_seconds));
   }
   for (const auto& [name, value] :
        {std::pair<absl::string_view, int64_t>{"prefill_tokens",
@@ -79,24 +79,25 @@ absl::Status ValidateStepStats(const StepStats& step) {
     if (absl::Status s = CheckNonNegative(name, value); !s.ok()) return s;
   }
   if (!std::isfinite(step.flops) || step.flops < 0.0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("step flops is %g, must be finite and >= 0", step.flops));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step flops is %g, must be finite and >= 0", step.flops));
   }
   if (step.batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("step batch_size is ", step.batch_size, ", must be >= 1"));
   }
   if (step.prefill_tokens + step.decode_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step processed ", step.prefill_tokens, " prefill + ",
-        step.decode_tokens, " decode tokens, must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step processed ", step.prefill_tokens, " prefill + ",
+                     step.decode_tokens, " decode tokens, must be >= 1"));
   }
-  const StepKind implied = ClassifyStep(step.prefill_tokens, step.decode_tokens);
+  const StepKind implied =
+      ClassifyStep(step.prefill_tokens, step.decode_tokens);
   if (implied != step.kind) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step kind is ", StepKindName(step.kind), " but ", step.prefill_tokens,
-        " prefill and ", step.decode_tokens, " decode tokens make it ",
-        StepKindName(implied)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step kind is ", StepKindName(step.kind), " but ",
+                     step.prefill_tokens, " prefill and ", step.decode_tokens,
+                     " decode tokens make it ", StepKindName(implied)));
   }
   return absl::OkStatus();
 }
@@ -140,9 +141,8 @@ absl::Status ValidatePoolStats(const PoolStats& pool) {
     return s;
   }
   if (pool.max_sequences > 0) {
-    if (absl::Status s =
-            CheckUsed("active_sequences", pool.active_sequences,
-                      "max_sequences", pool.max_sequences);
+    if (absl::Status s = CheckUsed("active_sequences", pool.active_sequences,
+                                   "max_sequences", pool.max_sequences);
         !s.ok()) {
       return s;
     }
@@ -193,24 +193,23 @@ absl::string_view RejectReasonName(RejectReason reason) {
 }
 
 absl::string_view GrpcCodeName(int code) {
-  static constexpr absl::string_view kNames[] = {
-      "OK",
-      "CANCELLED",
-      "UNKNOWN",
-      "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED",
-      "NOT_FOUND",
-      "ALREADY_EXISTS",
-      "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION",
-      "ABORTED",
-      "OUT_OF_RANGE",
-      "UNIMPLEMENTED",
-      "INTERNAL",
-      "UNAVAILABLE",
-      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static constexpr absl::string_view kNames[] = {"OK",
+                                                 "CANCELLED",
+                                                 "UNKNOWN",
+                                                 "INVALID_ARGUMENT",
+                                                 "DEADLINE_EXCEEDED",
+                                                 "NOT_FOUND",
+                                                 "ALREADY_EXISTS",
+                                                 "PERMISSION_DENIED",
+                                                 "RESOURCE_EXHAUSTED",
+                                                 "FAILED_PRECONDITION",
+                                                 "ABORTED",
+                                                 "OUT_OF_RANGE",
+                                                 "UNIMPLEMENTED",
+                                                 "INTERNAL",
+                                                 "UNAVAILABLE",
+                                                 "DATA_LOSS",
+                                                 "UNAUTHENTICATED"};
   if (code < 0 || code > 16) return "UNKNOWN";
   return kNames[code];
 }

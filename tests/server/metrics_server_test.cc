@@ -1,6 +1,8 @@
 // MetricsServer end to end: bind port 0, record stats through the metric
 // sets, fetch /metrics over HTTP, lint it with `promtool check metrics` and
 // check the values (bandwidth = bytes / time, histogram counts, counters).
+#include "server/metrics/metrics_server.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -22,7 +24,6 @@
 #include "server/metrics/engine_metrics.h"
 #include "server/metrics/frontend_metrics.h"
 #include "server/metrics/metric_names.h"
-#include "server/metrics/metrics_server.h"
 #include "server/metrics/process_metrics.h"
 #include "server/metrics/scheduler_metrics.h"
 
@@ -43,8 +44,9 @@ std::string HttpGet(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string request = absl::StrCat(
-      "GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const std::string request =
+      absl::StrCat("GET ", path,
+                   " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   if (send(fd, request.data(), request.size(), 0) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);
@@ -84,13 +86,14 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
 // fills `output`. -1 when promtool is not installed.
 int PromtoolCheckMetrics(const std::string& text, std::string* output) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) return -1;
-  const std::string base = absl::StrCat(::testing::TempDir(), "/pdserve_metrics_",
-                                       getpid());
+  const std::string base =
+      absl::StrCat(::testing::TempDir(), "/pdserve_metrics_", getpid());
   const std::string in = base + "_page.txt";
   const std::string out = base + "_promtool.txt";
   std::ofstream(in) << text;
   const int rc = std::system(
-      absl::StrCat("promtool check metrics < ", in, " > ", out, " 2>&1").c_str());
+      absl::StrCat("promtool check metrics < ", in, " > ", out, " 2>&1")
+          .c_str());
   std::ifstream f(out);
   output->assign(std::istreambuf_iterator<char>(f), {});
   std::remove(in.c_str());
@@ -117,8 +120,8 @@ StepStats Step(StepKind kind, double seconds, int64_t prefill, int64_t decode,
 class MetricsServerTest : public ::testing::Test {
  protected:
   void StartServer(const std::string& process) {
-    absl::StatusOr<std::unique_ptr<MetricsServer>> s =
-        MetricsServer::Start({.host = "127.0.0.1", .port = 0, .process = process});
+    absl::StatusOr<std::unique_ptr<MetricsServer>> s = MetricsServer::Start(
+        {.host = "127.0.0.1", .port = 0, .process = process});
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
     ASSERT_GT(server_->port(), 0);
@@ -134,12 +137,15 @@ TEST_F(MetricsServerTest, EngineBandwidthIsBytesOverTime) {
   auto engine = EngineMetrics::Create(server_->registry(), options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   // A prefill step: 512 tokens, 0.25 s, 1e8 weight bytes, 6e6 KV written.
-  ASSERT_TRUE((*engine)->RecordStep(Step(StepKind::kPrefill, 0.25, 512, 0, 1,
-                                         100'000'000, 0, 6'000'000, 6e10))
+  ASSERT_TRUE((*engine)
+                  ->RecordStep(Step(StepKind::kPrefill, 0.25, 512, 0, 1,
+                                    100'000'000, 0, 6'000'000, 6e10))
                   .ok());
-  // A decode step of 8 sequences: 0.02 s, 1e8 weights, 4e6 KV read, 1e5 written.
-  ASSERT_TRUE((*engine)->RecordStep(Step(StepKind::kDecode, 0.02, 0, 8, 8,
-                                         100'000'000, 4'000'000, 100'000, 1e9))
+  // A decode step of 8 sequences: 0.02 s, 1e8 weights, 4e6 KV read, 1e5
+  // written.
+  ASSERT_TRUE((*engine)
+                  ->RecordStep(Step(StepKind::kDecode, 0.02, 0, 8, 8,
+                                    100'000'000, 4'000'000, 100'000, 1e9))
                   .ok());
   server_->SetReady(true);
 
@@ -164,8 +170,8 @@ TEST_F(MetricsServerTest, EngineBandwidthIsBytesOverTime) {
             4'000'000);
   EXPECT_EQ(m.at("pdserve_engine_memory_bytes_total{kind=\"kv_written\"}"),
             6'100'000);
-  EXPECT_EQ(m.at("pdserve_engine_step_duration_seconds_count{kind=\"prefill\"}"),
-            1);
+  EXPECT_EQ(
+      m.at("pdserve_engine_step_duration_seconds_count{kind=\"prefill\"}"), 1);
   EXPECT_DOUBLE_EQ(
       m.at("pdserve_engine_step_duration_seconds_sum{kind=\"decode\"}"), 0.02);
   EXPECT_EQ(m.at("pdserve_engine_step_duration_seconds_count{kind=\"mixed\"}"),
@@ -224,8 +230,8 @@ TEST_F(MetricsServerTest, InvalidStepIsNotRecorded) {
   ASSERT_NO_FATAL_FAILURE(StartServer("engine"));
   auto engine = EngineMetrics::Create(server_->registry(), {});
   ASSERT_TRUE(engine.ok());
-  const absl::Status st = (*engine)->RecordStep(
-      Step(StepKind::kDecode, 0.0, 0, 1, 1, 10, 0, 0, 0));
+  const absl::Status st =
+      (*engine)->RecordStep(Step(StepKind::kDecode, 0.0, 0, 1, 1, 10, 0, 0, 0));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   const auto m = ParseSamples(Fetch());
   EXPECT_EQ(m.at("pdserve_engine_step_duration_seconds_count{kind=\"decode\"}"),
@@ -241,8 +247,9 @@ TEST_F(MetricsServerTest, ProbedPeakReplacesConfigured) {
   EXPECT_FALSE((*engine)->SetPeakBandwidth(1e9, "guess").ok());
   ASSERT_TRUE((*engine)->SetPeakBandwidth(1e10, "probe").ok());
   EXPECT_EQ((*engine)->peak_bandwidth_bytes_per_second(), 1e10);
-  ASSERT_TRUE((*engine)->RecordStep(Step(StepKind::kDecode, 0.5, 0, 1, 1,
-                                         1'000'000'000, 0, 0, 0))
+  ASSERT_TRUE((*engine)
+                  ->RecordStep(Step(StepKind::kDecode, 0.5, 0, 1, 1,
+                                    1'000'000'000, 0, 0, 0))
                   .ok());
   const auto m = ParseSamples(Fetch());
   EXPECT_EQ(m.count("pdserve_engine_peak_memory_bandwidth_bytes_per_second{"
@@ -292,7 +299,8 @@ TEST_F(MetricsServerTest, SchedulerQueueAndEvents) {
   EXPECT_EQ(m.at("pdserve_scheduler_rejections_total{reason=\"queue_full\"}"),
             2);
   EXPECT_EQ(
-      m.at("pdserve_scheduler_rejections_total{reason=\"prompt_too_long\"}"), 1);
+      m.at("pdserve_scheduler_rejections_total{reason=\"prompt_too_long\"}"),
+      1);
   EXPECT_EQ(m.at("pdserve_scheduler_rejections_total{reason=\"draining\"}"), 0);
 }
 
@@ -366,7 +374,8 @@ TEST_F(MetricsServerTest, FrontendRequestsByCodeAndLatencies) {
       27);
   EXPECT_EQ(m.at("pdserve_frontend_generation_tokens_total"), 30);
   EXPECT_EQ(m.at("pdserve_frontend_prompt_tokens_total"), 60);
-  EXPECT_EQ(m.at("pdserve_frontend_finish_reasons_total{reason=\"length\"}"), 3);
+  EXPECT_EQ(m.at("pdserve_frontend_finish_reasons_total{reason=\"length\"}"),
+            3);
   EXPECT_EQ(m.at("pdserve_frontend_finish_reasons_total{reason=\"error\"}"), 1);
   EXPECT_EQ(m.at("pdserve_frontend_stream_write_stalls_total"), 1);
   EXPECT_EQ(m.at("pdserve_frontend_tokenizer_seconds_count{op=\"encode\"}"), 1);
@@ -381,10 +390,10 @@ TEST_F(MetricsServerTest, FrontendRequestsByCodeAndLatencies) {
 // lint findings on a page with the vLLM names are about their ':'.
 TEST_F(MetricsServerTest, EveryTableMetricIsExportedWithHelp) {
   ASSERT_NO_FATAL_FAILURE(StartServer("serve"));
-  auto engine = EngineMetrics::Create(server_->registry(),
-                                      {.vllm_compat = true});
-  auto sched = SchedulerMetrics::Create(server_->registry(),
-                                        {.vllm_compat = true});
+  auto engine =
+      EngineMetrics::Create(server_->registry(), {.vllm_compat = true});
+  auto sched =
+      SchedulerMetrics::Create(server_->registry(), {.vllm_compat = true});
   auto fe = FrontendMetrics::Create(server_->registry());
   ASSERT_TRUE(engine.ok() && sched.ok() && fe.ok());
   const std::string page = Fetch();
@@ -392,9 +401,10 @@ TEST_F(MetricsServerTest, EveryTableMetricIsExportedWithHelp) {
     const char* type = spec->type == MetricType::kCounter ? "counter"
                        : spec->type == MetricType::kGauge ? "gauge"
                                                           : "histogram";
-    EXPECT_THAT(page, HasSubstr(absl::StrCat("# TYPE ", spec->name, " ", type)));
-    EXPECT_THAT(page, HasSubstr(absl::StrCat("# HELP ", spec->name, " ",
-                                             spec->help)));
+    EXPECT_THAT(page,
+                HasSubstr(absl::StrCat("# TYPE ", spec->name, " ", type)));
+    EXPECT_THAT(
+        page, HasSubstr(absl::StrCat("# HELP ", spec->name, " ", spec->help)));
   }
   std::string lint;
   const int rc = PromtoolCheckMetrics(page, &lint);
@@ -421,8 +431,10 @@ TEST(MetricsServerStartTest, TwoServersAndABusyPort) {
 }
 
 TEST(ProcessMetricsTest, EngineProbesPeakWhenNoneConfigured) {
-  auto probed = StartEngineMetrics({.port = 0, .vllm_compat = true,
-                                    .model_name = "m", .probe_threads = 1,
+  auto probed = StartEngineMetrics({.port = 0,
+                                    .vllm_compat = true,
+                                    .model_name = "m",
+                                    .probe_threads = 1,
                                     .probe_buffer_bytes = 16 << 20});
   ASSERT_TRUE(probed.ok()) << probed.status();
   EXPECT_GT(probed->metrics->peak_bandwidth_bytes_per_second(), 1e8);
@@ -432,8 +444,8 @@ TEST(ProcessMetricsTest, EngineProbesPeakWhenNoneConfigured) {
             1e8);
   EXPECT_EQ(m.at("vllm:kv_cache_usage_perc{model_name=\"m\"}"), 0);
 
-  auto configured = StartEngineMetrics({.port = 0,
-                                        .peak_memory_bandwidth = 4.8e12});
+  auto configured =
+      StartEngineMetrics({.port = 0, .peak_memory_bandwidth = 4.8e12});
   ASSERT_TRUE(configured.ok()) << configured.status();
   EXPECT_EQ(configured->metrics->peak_bandwidth_bytes_per_second(), 4.8e12);
   auto sched = StartSchedulerMetrics({.port = 0});

@@ -37,8 +37,8 @@ TEST(MetricsTlsTest, LinkedBigTlsFailsWithThePluginHint) {
 TEST(MetricsTlsTest, DlopenedBigTlsLeavesTheExposerWorking) {
   void* lib = dlopen(METRICS_BIGTLS_FIXTURE, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
-  auto touch = reinterpret_cast<int (*)(int)>(
-      dlsym(lib, "pdserve_bigtls_touch"));
+  auto touch =
+      reinterpret_cast<int (*)(int)>(dlsym(lib, "pdserve_bigtls_touch"));
   ASSERT_NE(touch, nullptr);
   EXPECT_EQ(touch(5), 5);
   auto server = MetricsServer::Start({.port = 0, .process = "engine"});
