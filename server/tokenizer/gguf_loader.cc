@@ -36,6 +36,83 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+absl::Status ReadTypes(const GgufFile& f, VocabSpec* spec) {
+  if (f.Find("tokenizer.ggml.token_type") == nullptr) return absl::OkStatus();
+  auto types = f.GetIntArray("tokenizer.ggml.token_type");
+  if (!types.ok()) return types.status();
+  if ((*types)->size() != spec->tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": tokenizer.ggml.token_type has ", (*types)->size(),
+        " entries for ", spec->tokens.size(), " tokens"));
+  }
+  spec->types.reserve(spec->tokens.size());
+  for (int64_t t : **types) {
+    spec->types.push_back(t >= 0 && t <= 6 ? static_cast<TokenType>(t)
+                                          : TokenType::kNormal);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSpecialIds(const GgufFile& f, VocabSpec* spec) {
+  const int64_t n = static_cast<int64_t>(spec->tokens.size());
+  struct IdKey {
+    int32_t* id;
+    const char* key;
+  };
+  for (const IdKey& k : {IdKey{&spec->bos, "tokenizer.ggml.bos_token_id"},
+                         IdKey{&spec->eos, "tokenizer.ggml.eos_token_id"},
+                         IdKey{&spec->unk, "tokenizer.ggml.unknown_token_id"},
+                         IdKey{&spec->eot, "tokenizer.ggml.eot_token_id"},
+                         IdKey{&spec->eom, "tokenizer.ggml.eom_token_id"}}) {
+    auto v = IntOr(f, k.key, -1);
+    if (!v.ok()) return v.status();
+    if (*v < -1 || *v >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": ", k.key, " = ", *v, " is outside the vocabulary of ", n));
+    }
+    *k.id = static_cast<int32_t>(*v);
+  }
+  return absl::OkStatus();
+}
+
+// tokenizer.ggml.model "gpt2": pre-tokenizer and merges.
+absl::Status ReadByteLevelBpe(const GgufFile& f, VocabSpec* spec) {
+  spec->model = VocabModel::kByteLevelBpe;
+  std::string pre = "default";
+  if (f.Find("tokenizer.ggml.pre") != nullptr) {
+    auto p = f.GetString("tokenizer.ggml.pre");
+    if (!p.ok()) return p.status();
+    pre = *p;
+  }
+  auto kind = PreTokenizerFromGgufName(pre);
+  if (!kind.ok()) {
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": ", kind.status().message()));
+  }
+  spec->pre = *kind;
+  // The Hugging Face reference normalises Qwen2 text to NFC.
+  spec->nfc = spec->pre == PreTokenizerKind::kQwen2;
+  spec->ignore_merges = spec->pre == PreTokenizerKind::kLlama3;
+  spec->add_bos = spec->pre == PreTokenizerKind::kLlama3;
+  auto merges = f.GetStringArray("tokenizer.ggml.merges");
+  if (!merges.ok()) return merges.status();
+  spec->merges.reserve((*merges)->size());
+  for (size_t i = 0; i < (*merges)->size(); ++i) {
+    const std::string& m = (**merges)[i];
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": merge ", i, " ('", m, "') has no space separator"));
+    }
+    spec->merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& f) {
   VocabSpec spec;
   auto model = f.GetString("tokenizer.ggml.model");
@@ -43,38 +120,8 @@ absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& f) {
   auto tokens = f.GetStringArray("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   spec.tokens = **tokens;
-  const size_t n = spec.tokens.size();
-  if (f.Find("tokenizer.ggml.token_type") != nullptr) {
-    auto types = f.GetIntArray("tokenizer.ggml.token_type");
-    if (!types.ok()) return types.status();
-    if ((*types)->size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.path(), ": tokenizer.ggml.token_type has ", (*types)->size(),
-          " entries for ", n, " tokens"));
-    }
-    spec.types.reserve(n);
-    for (int64_t t : **types) {
-      spec.types.push_back(t >= 0 && t <= 6 ? static_cast<TokenType>(t)
-                                            : TokenType::kNormal);
-    }
-  }
-  struct IdKey {
-    int32_t* id;
-    const char* key;
-  };
-  for (const IdKey& k : {IdKey{&spec.bos, "tokenizer.ggml.bos_token_id"},
-                         IdKey{&spec.eos, "tokenizer.ggml.eos_token_id"},
-                         IdKey{&spec.unk, "tokenizer.ggml.unknown_token_id"},
-                         IdKey{&spec.eot, "tokenizer.ggml.eot_token_id"},
-                         IdKey{&spec.eom, "tokenizer.ggml.eom_token_id"}}) {
-    auto v = IntOr(f, k.key, -1);
-    if (!v.ok()) return v.status();
-    if (*v < -1 || *v >= static_cast<int64_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.path(), ": ", k.key, " = ", *v, " is outside the vocabulary of ", n));
-    }
-    *k.id = static_cast<int32_t>(*v);
-  }
+  if (absl::Status s = ReadTypes(f, &spec); !s.ok()) return s;
+  if (absl::Status s = ReadSpecialIds(f, &spec); !s.ok()) return s;
   if (f.Find("tokenizer.chat_template") != nullptr) {
     auto s = f.GetString("tokenizer.chat_template");
     if (!s.ok()) return s.status();
@@ -88,35 +135,7 @@ absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& f) {
     spec.add_bos = true;
     spec.add_space_prefix = true;
   } else if (*model == "gpt2") {
-    spec.model = VocabModel::kByteLevelBpe;
-    std::string pre = "default";
-    if (f.Find("tokenizer.ggml.pre") != nullptr) {
-      auto p = f.GetString("tokenizer.ggml.pre");
-      if (!p.ok()) return p.status();
-      pre = *p;
-    }
-    auto kind = PreTokenizerFromGgufName(pre);
-    if (!kind.ok()) {
-      return absl::UnimplementedError(
-          absl::StrCat(f.path(), ": ", kind.status().message()));
-    }
-    spec.pre = *kind;
-    // The Hugging Face reference normalises Qwen2 text to NFC.
-    spec.nfc = spec.pre == PreTokenizerKind::kQwen2;
-    spec.ignore_merges = spec.pre == PreTokenizerKind::kLlama3;
-    spec.add_bos = spec.pre == PreTokenizerKind::kLlama3;
-    auto merges = f.GetStringArray("tokenizer.ggml.merges");
-    if (!merges.ok()) return merges.status();
-    spec.merges.reserve((*merges)->size());
-    for (size_t i = 0; i < (*merges)->size(); ++i) {
-      const std::string& m = (**merges)[i];
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            f.path(), ": merge ", i, " ('", m, "') has no space separator"));
-      }
-      spec.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
-    }
+    if (absl::Status s = ReadByteLevelBpe(f, &spec); !s.ok()) return s;
   } else {
     return absl::UnimplementedError(absl::StrCat(
         f.path(), ": tokenizer.ggml.model '", *model,

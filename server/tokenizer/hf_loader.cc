@@ -1,4 +1,5 @@
 // Hugging Face tokenizer.json and llama2.c tokenizer.bin loading.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -16,27 +17,112 @@ std::string Dump(const Json& j) {
   return s.size() > 200 ? s.substr(0, 200) + "..." : s;
 }
 
+// Field accessors that never throw: a missing or mistyped field reads as
+// the fallback.
+std::string StringField(const Json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+bool BoolField(const Json& j, const char* key) {
+  if (!j.is_object()) return false;
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+int64_t IntField(const Json& j, const char* key) {
+  if (!j.is_object()) return -1;
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
+// model.vocab ({text: id}) plus added_tokens ([{id, content, special}]).
+absl::Status ReadVocab(const Json& vocab, const Json& added, VocabSpec* spec) {
+  if (!vocab.is_object()) {
+    return absl::InvalidArgumentError("tokenizer.json model.vocab is not an object");
+  }
+  int64_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer.json vocab entry '", it.key(), "' has id ", Dump(it.value())));
+    }
+    max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+  }
+  if (added.is_array()) {
+    for (const Json& a : added) max_id = std::max(max_id, IntField(a, "id"));
+  }
+  if (max_id < 0 || max_id >= (1 << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json has token ids up to ", max_id));
+  }
+  spec->tokens.assign(max_id + 1, "");
+  spec->types.assign(max_id + 1, TokenType::kUnused);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    spec->tokens[id] = it.key();
+    spec->types[id] = TokenType::kNormal;
+  }
+  if (added.is_array()) {
+    for (const Json& a : added) {
+      const int64_t id = IntField(a, "id");
+      if (id < 0) continue;
+      spec->tokens[id] = StringField(a, "content");
+      spec->types[id] = BoolField(a, "special") ? TokenType::kControl
+                                                : TokenType::kUserDefined;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// model.merges: ["a b", ...] or [["a", "b"], ...].
+absl::Status ReadMerges(const Json& merges, VocabSpec* spec) {
+  if (!merges.is_array()) {
+    return absl::InvalidArgumentError("tokenizer.json model.merges is not an array");
+  }
+  spec->merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& m = merges[i];
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ', 1);
+      if (sp == std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("merge ", i, " ('", s, "') has no space separator"));
+      }
+      spec->merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
+               m[1].is_string()) {
+      spec->merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge ", i, " is malformed: ", Dump(m)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool IsByteLevel(const Json& j, bool use_regex) {
-  return j.is_object() && j.value("type", "") == "ByteLevel" &&
-         j.value("use_regex", true) == use_regex &&
-         !j.value("add_prefix_space", false);
+  if (StringField(j, "type") != "ByteLevel") return false;
+  auto it = j.find("use_regex");
+  const bool regex = it == j.end() || !it->is_boolean() || it->get<bool>();
+  return regex == use_regex && !BoolField(j, "add_prefix_space");
 }
 
 // Recognises the pre-tokenizers we implement; Unimplemented otherwise.
 absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Json& pre) {
   if (IsByteLevel(pre, true)) return PreTokenizerKind::kGpt2;
-  if (pre.is_object() && pre.value("type", "") == "Sequence" &&
-      pre.contains("pretokenizers") && pre["pretokenizers"].size() == 2) {
+  if (StringField(pre, "type") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
     const Json& a = pre["pretokenizers"][0];
     const Json& b = pre["pretokenizers"][1];
-    if (a.value("type", "") == "Digits" && a.value("individual_digits", false) &&
+    if (StringField(a, "type") == "Digits" && BoolField(a, "individual_digits") &&
         IsByteLevel(b, true)) {
       return PreTokenizerKind::kSmolLM;
     }
-    if (a.value("type", "") == "Split" && IsByteLevel(b, false) &&
-        a.value("behavior", "") == "Isolated" && !a.value("invert", false) &&
-        a.contains("pattern") && a["pattern"].contains("Regex")) {
-      const std::string regex = a["pattern"]["Regex"].get<std::string>();
+    if (StringField(a, "type") == "Split" && IsByteLevel(b, false) &&
+        StringField(a, "behavior") == "Isolated" && !BoolField(a, "invert") &&
+        a.contains("pattern")) {
+      const std::string regex = StringField(a["pattern"], "Regex");
       for (PreTokenizerKind k : {PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
                                  PreTokenizerKind::kGpt2}) {
         if (regex == PreTokenizerRegex(k)) return k;
@@ -58,15 +144,15 @@ std::string TokenText(const Json& j) {
   return "";
 }
 
-absl::Status ApplyConfig(const Json& cfg, VocabSpec* spec) {
+void ApplyConfig(const Json& cfg, VocabSpec* spec) {
   if (cfg.contains("chat_template")) {
     const Json& t = cfg["chat_template"];
     if (t.is_string()) {
       spec->chat_template = t.get<std::string>();
     } else if (t.is_array()) {  // [{"name": "default", "template": "..."}]
       for (const Json& e : t) {
-        if (e.value("name", "") == "default") {
-          spec->chat_template = e.value("template", "");
+        if (StringField(e, "name") == "default") {
+          spec->chat_template = StringField(e, "template");
         }
       }
     }
@@ -85,7 +171,6 @@ absl::Status ApplyConfig(const Json& cfg, VocabSpec* spec) {
   if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
     spec->add_bos = cfg["add_bos_token"].get<bool>();
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -97,13 +182,13 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   }
-  const Json& model = doc["model"];
-  if (!model.is_object() || model.value("type", "") != "BPE") {
+  Json& model = doc["model"];
+  if (!model.is_object() || StringField(model, "type") != "BPE") {
     return absl::UnimplementedError(absl::StrCat(
-        "tokenizer.json model type ", Dump(model.is_object() ? model.value("type", Json()) : model),
-        " is not supported (supported: BPE)"));
+        "tokenizer.json model type '", StringField(model, "type"),
+        "' is not supported (supported: BPE)"));
   }
-  if (model.value("byte_fallback", false)) {
+  if (BoolField(model, "byte_fallback")) {
     return absl::UnimplementedError(
         "tokenizer.json BPE with byte_fallback (SentencePiece-style) is not "
         "supported; use the model's GGUF file");
@@ -111,7 +196,7 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
   VocabSpec spec;
   spec.model = VocabModel::kByteLevelBpe;
   const Json& norm = doc["normalizer"];
-  if (norm.is_object() && norm.value("type", "") == "NFC") {
+  if (norm.is_object() && StringField(norm, "type") == "NFC") {
     spec.nfc = true;
   } else if (!norm.is_null()) {
     return absl::UnimplementedError(
@@ -120,70 +205,18 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
   auto pre = PreTokenizerOf(doc["pre_tokenizer"]);
   if (!pre.ok()) return pre.status();
   spec.pre = *pre;
-  spec.ignore_merges = model.value("ignore_merges", false);
-
-  const Json& vocab = model["vocab"];
-  if (!vocab.is_object()) {
-    return absl::InvalidArgumentError("tokenizer.json model.vocab is not an object");
+  spec.ignore_merges = BoolField(model, "ignore_merges");
+  if (absl::Status s = ReadVocab(model["vocab"], doc["added_tokens"], &spec);
+      !s.ok()) {
+    return s;
   }
-  int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
-  }
-  const Json& added = doc["added_tokens"];
-  if (added.is_array()) {
-    for (const Json& a : added) max_id = std::max<int64_t>(max_id, a.value("id", -1));
-  }
-  if (max_id < 0 || max_id >= (1 << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.json has token ids up to ", max_id));
-  }
-  spec.tokens.assign(max_id + 1, "");
-  spec.types.assign(max_id + 1, TokenType::kUnused);
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0) return absl::InvalidArgumentError("negative token id in vocab");
-    spec.tokens[id] = it.key();
-    spec.types[id] = TokenType::kNormal;
-  }
-  if (added.is_array()) {
-    for (const Json& a : added) {
-      const int64_t id = a.value("id", -1);
-      if (id < 0) continue;
-      spec.tokens[id] = a.value("content", "");
-      spec.types[id] =
-          a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
-    }
-  }
-  const Json& merges = model["merges"];
-  if (!merges.is_array()) {
-    return absl::InvalidArgumentError("tokenizer.json model.merges is not an array");
-  }
-  spec.merges.reserve(merges.size());
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const Json& m = merges[i];
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t sp = s.find(' ', 1);
-      if (sp == std::string::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("merge ", i, " ('", s, "') has no space separator"));
-      }
-      spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
-               m[1].is_string()) {
-      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("merge ", i, " is malformed: ", Dump(m)));
-    }
-  }
+  if (absl::Status s = ReadMerges(model["merges"], &spec); !s.ok()) return s;
   if (!config_json.empty()) {
     Json cfg = Json::parse(config_json.begin(), config_json.end(), nullptr, false);
     if (cfg.is_discarded() || !cfg.is_object()) {
       return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
     }
-    if (absl::Status s = ApplyConfig(cfg, &spec); !s.ok()) return s;
+    ApplyConfig(cfg, &spec);
   }
   return spec;
 }

@@ -186,6 +186,35 @@ TEST(TokenizerLoadTest, Errors) {
   auto json = Tokenizer::Load(bad_json);
   EXPECT_EQ(json.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(json.status().message()), HasSubstr("Lowercase"));
+  // Malformed documents are errors, never exceptions.
+  struct Bad {
+    const char* json;
+    absl::StatusCode code;
+    const char* message;
+  } bad[] = {
+      {R"({"model": {"type": "WordPiece"}})", absl::StatusCode::kUnimplemented,
+       "'WordPiece'"},
+      {R"({"normalizer": null, "pre_tokenizer": {"type": "ByteLevel"},
+          "model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})",
+       absl::StatusCode::kInvalidArgument, "vocab entry 'a'"},
+      {R"({"normalizer": null, "pre_tokenizer": {"type": "ByteLevel"},
+          "model": {"type": "BPE", "vocab": {"a": 0}, "merges": [7]}})",
+       absl::StatusCode::kInvalidArgument, "merge 0 is malformed"},
+      {R"({"normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+          "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+       absl::StatusCode::kUnimplemented, "Whitespace"},
+      {R"([1, 2)", absl::StatusCode::kInvalidArgument, "not a JSON object"},
+  };
+  for (const Bad& b : bad) {
+    const std::string path = dir + "/malformed_tokenizer.json";
+    {
+      std::ofstream out(path);
+      out << (b.json[0] == '[' ? " {" : "") << b.json;
+    }
+    auto tok = Tokenizer::Load(path);
+    EXPECT_EQ(tok.status().code(), b.code) << b.json;
+    EXPECT_THAT(std::string(tok.status().message()), HasSubstr(b.message));
+  }
 }
 
 TEST(TokenizerLoadTest, MinimalTokenizerJson) {
