@@ -39,7 +39,9 @@ class Tokenizer {
   // (SentencePiece) prepend "▁" at the start of the text and after each
   // parsed special token, as llama.cpp does.
   // Invalid UTF-8 is an InvalidArgument error "invalid UTF-8 at byte offset
-  // N (byte 0xXX) of M-byte text"; nothing is replaced silently.
+  // N (byte 0xXX) of M-byte text"; nothing is replaced silently. Texts of
+  // 4 GiB or more are InvalidArgument too. Qwen vocabularies NFC-normalise
+  // the text first (as the Hugging Face reference does, GGUF path included).
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       std::string_view text, bool parse_special = false) const = 0;
 
