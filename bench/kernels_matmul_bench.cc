@@ -4,6 +4,9 @@
 //       bytes, over enough copies of the matrix (~96 MiB, the size of the
 //       SmolLM2-135M Q4_1 model) that it is not served from L2
 //   BM_Gemm/<dtype>/<rows>x<cols>/tokens:T/threads:N   GFLOP/s (2*r*c*T)
+//   BM_SmolLM2Matmuls/Q4_1/tokens:T/threads:N   every matrix product of one
+//       SmolLM2-135M step (decode T=1, prefill chunk T=512): the kernels' share
+//       of a forward pass, as tokens/s
 // PDSERVE_ISA=scalar|avx2|avx512 lowers the SIMD level.
 #include <algorithm>
 #include <cstdlib>
@@ -11,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -132,6 +136,44 @@ void Memcpy(benchmark::State& state, int64_t bytes) {
       benchmark::Counter::kIsRate);
 }
 
+// All matrices of a SmolLM2-135M forward pass as in the shipped GGUF: 30
+// layers of Q4_1 (q, k, v, o, gate, up, down) and the Q8_0 tied LM head.
+// One iteration = one decode step (tokens = 1) or one prefill chunk.
+void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
+                  int threads) {
+  constexpr int kLayers = 30;
+  constexpr int64_t kHidden = 576, kKv = 192, kInter = 1536, kVocab = 49152;
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {kHidden, kHidden}, {kKv, kHidden},   {kKv, kHidden},  {kHidden, kHidden},
+      {kInter, kHidden},  {kInter, kHidden}, {kHidden, kInter}};
+  std::vector<Matrices> mats;
+  int64_t bytes = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const auto& [rows, cols] : shapes) {
+      mats.push_back(MakeMatrices(layer_type, rows, cols, 1));
+      bytes += mats.back().views[0].row_bytes * rows;
+    }
+  }
+  mats.push_back(MakeMatrices(DType::kQ8_0, kVocab, kHidden, 1));
+  bytes += mats.back().views[0].row_bytes * kVocab;
+  ThreadPool pool(threads);
+  std::vector<float> x = RandomVec(tokens * kInter), y(tokens * kVocab);
+  for (auto _ : state) {
+    for (size_t i = 0; i + 1 < mats.size(); ++i) {
+      const WeightView& w = mats[i].views[0];
+      MatMul(w, x.data(), w.cols, tokens, y.data(), w.rows, pool);
+    }
+    // The LM head runs on the last token only.
+    MatMul(mats.back().views[0], x.data(), kHidden, 1, y.data(), kVocab, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["tok/s"] = benchmark::Counter(
+      static_cast<double>(tokens) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(MatMulIsa());
+}
+
 struct Shape {
   int64_t rows, cols;
 };
@@ -140,6 +182,15 @@ constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
                             DType::kF16,  DType::kBF16, DType::kF32};
 
 void Register() {
+  for (int threads : {1, 2}) {
+    for (int64_t tokens : {1, 512}) {
+      benchmark::RegisterBenchmark(
+          ("BM_SmolLM2Matmuls/Q4_1/tokens:" + std::to_string(tokens) +
+           "/threads:" + std::to_string(threads)).c_str(),
+          [=](benchmark::State& s) { ModelMatmuls(s, DType::kQ4_1, tokens, threads); })
+          ->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime();
+    }
+  }
   for (int threads : {1, 2}) {
     for (int64_t mib : {96, 1024}) {
       benchmark::RegisterBenchmark(

@@ -27,101 +27,132 @@ inline void CpuRelax() {
 #endif
 }
 
+// The job word: sequence number (32 bits) | chunk count (16) | next unclaimed
+// chunk (16). Chunks are claimed with a CAS on the whole word, so a worker that
+// wakes up late can never claim a chunk of a newer job by mistake.
+constexpr uint64_t Word(uint32_t seq, uint32_t n, uint32_t next) {
+  return static_cast<uint64_t>(seq) << 32 | static_cast<uint64_t>(n) << 16 | next;
+}
+constexpr uint32_t Seq(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+constexpr uint32_t Count(uint64_t w) { return (w >> 16) & 0xffff; }
+constexpr uint32_t Next(uint64_t w) { return w & 0xffff; }
+
 }  // namespace
 
 // Shared between the caller and the workers. A job is published by storing
-// `call`/`ctx` and then bumping `generation`; workers acknowledge by
-// decrementing `pending`. Blocking uses a mutex + condition variable guarded
-// by sleeper counts so the fast path never makes a system call.
+// `call`/`ctx` and then a new job word; every thread (the caller included)
+// claims chunks until none is left, so a worker that is slow to wake (or
+// descheduled on a busy machine) delays nothing: its chunk is run by whoever
+// gets there first. The caller then waits for the claimed chunks to finish.
+// Blocking uses mutex + condition variable guarded by sleeper counts, so the
+// fast path makes no system call.
 struct ThreadPool::State {
   std::vector<std::thread> workers;
 
-  // (job sequence number << 16) | number of workers taking part.
-  alignas(64) std::atomic<uint64_t> generation{0};
+  alignas(64) std::atomic<uint64_t> work{0};
   std::atomic<int> worker_sleepers{0};
   std::mutex wake_mu;
   std::condition_variable wake_cv;
 
-  alignas(64) std::atomic<int> pending{0};
+  alignas(64) std::atomic<uint32_t> done{0};
   std::atomic<bool> caller_sleeping{false};
   std::mutex done_mu;
   std::condition_variable done_cv;
 
-  // The current job; written only while no job is in flight.
-  void (*call)(const void* ctx, int thread_index) = nullptr;
+  // The current job; rewritten only after all its chunks are done.
+  void (*call)(const void* ctx, int chunk) = nullptr;
   const void* ctx = nullptr;
-  bool stop = false;
+  std::atomic<bool> stop{false};
 
-  void WorkerLoop(int index);
-  void Run(void (*fn)(const void*, int), const void* context, int n_workers);
-};
+  // Claims the next chunk of job `seq`, or returns -1 when none is left.
+  int Claim(uint32_t seq) {
+    uint64_t w = work.load(std::memory_order_acquire);
+    for (;;) {
+      if (Seq(w) != seq || Next(w) >= Count(w)) return -1;
+      if (work.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        return static_cast<int>(Next(w));
+      }
+    }
+  }
 
-void ThreadPool::State::WorkerLoop(int index) {
-  uint64_t seen = 0;
-  for (;;) {
-    uint64_t g = generation.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      CpuRelax();
-      g = generation.load(std::memory_order_acquire);
-    }
-    if (g == seen) {
-      std::unique_lock<std::mutex> lock(wake_mu);
-      worker_sleepers.fetch_add(1);
-      while ((g = generation.load()) == seen) wake_cv.wait(lock);
-      worker_sleepers.fetch_sub(1);
-    }
-    seen = g;
-    if (stop) return;
-    // Workers outside the job do not touch it (it may already be replaced).
-    if (index > static_cast<int>(g & 0xffff)) continue;
-    call(ctx, index);
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+  void Finish(uint32_t n) {
+    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n &&
         caller_sleeping.load()) {
       std::lock_guard<std::mutex> lock(done_mu);
       done_cv.notify_one();
     }
   }
+
+  void WorkerLoop();
+  void Run(void (*fn)(const void*, int), const void* context, int n_chunks);
+};
+
+void ThreadPool::State::WorkerLoop() {
+  uint32_t seen = 0;
+  for (;;) {
+    uint64_t w = work.load(std::memory_order_acquire);
+    for (int spin = 0; Seq(w) == seen && spin < kSpinIterations; ++spin) {
+      CpuRelax();
+      w = work.load(std::memory_order_acquire);
+    }
+    if (Seq(w) == seen) {
+      std::unique_lock<std::mutex> lock(wake_mu);
+      worker_sleepers.fetch_add(1);
+      while (Seq(w = work.load()) == seen) wake_cv.wait(lock);
+      worker_sleepers.fetch_sub(1);
+    }
+    seen = Seq(w);
+    if (stop.load(std::memory_order_acquire)) return;
+    for (int c; (c = Claim(seen)) >= 0;) {
+      call(ctx, c);
+      Finish(Count(w));
+    }
+  }
 }
 
 void ThreadPool::State::Run(void (*fn)(const void*, int), const void* context,
-                            int n_workers) {
+                            int n_chunks) {
   call = fn;
   ctx = context;
-  pending.store(n_workers, std::memory_order_relaxed);
-  const uint64_t next =
-      ((generation.load(std::memory_order_relaxed) >> 16) + 1) << 16;
-  generation.store(next | static_cast<uint64_t>(n_workers));  // seq_cst
+  done.store(0, std::memory_order_relaxed);
+  const uint32_t seq = Seq(work.load(std::memory_order_relaxed)) + 1;
+  const auto n = static_cast<uint32_t>(n_chunks);
+  work.store(Word(seq, n, 0));  // seq_cst: pairs with the sleeper check
   if (worker_sleepers.load() > 0) {
     std::lock_guard<std::mutex> lock(wake_mu);
     wake_cv.notify_all();
   }
-  fn(context, 0);
+  for (int c; (c = Claim(seq)) >= 0;) {
+    fn(context, c);
+    done.fetch_add(1, std::memory_order_acq_rel);
+  }
   for (int spin = 0; spin < kSpinIterations; ++spin) {
-    if (pending.load(std::memory_order_acquire) == 0) return;
+    if (done.load(std::memory_order_acquire) == n) return;
     CpuRelax();
   }
   std::unique_lock<std::mutex> lock(done_mu);
   caller_sleeping.store(true);
-  while (pending.load() != 0) done_cv.wait(lock);
+  while (done.load() != n) done_cv.wait(lock);
   caller_sleeping.store(false);
 }
 
 ThreadPool::ThreadPool(int n_threads)
-    : num_threads_(std::max(1, n_threads)), state_(std::make_unique<State>()) {
+    : num_threads_(std::clamp(n_threads, 1, 0xffff)),
+      state_(std::make_unique<State>()) {
   state_->workers.reserve(num_threads_ - 1);
   for (int i = 1; i < num_threads_; ++i) {
-    state_->workers.emplace_back([this, i] { state_->WorkerLoop(i); });
+    state_->workers.emplace_back([this] { state_->WorkerLoop(); });
   }
 }
 
 ThreadPool::~ThreadPool() {
   if (num_threads_ > 1) {
-    state_->stop = true;
-    state_->generation.fetch_add(uint64_t{1} << 16);
-    {
-      std::lock_guard<std::mutex> lock(state_->wake_mu);
-      state_->wake_cv.notify_all();
-    }
+    state_->stop.store(true);
+    const uint32_t seq = Seq(state_->work.load()) + 1;
+    state_->work.store(Word(seq, 0, 0));
+    std::lock_guard<std::mutex> lock(state_->wake_mu);
+    state_->wake_cv.notify_all();
   }
   for (std::thread& t : state_->workers) t.join();
 }
@@ -134,17 +165,15 @@ struct ForJob {
   absl::FunctionRef<void(int64_t, int64_t)>* fn;
 };
 
-void RunForChunk(const void* ctx, int thread_index) {
+void RunForChunk(const void* ctx, int chunk) {
   const auto* job = static_cast<const ForJob*>(ctx);
-  if (thread_index >= job->chunks) return;
-  const int64_t begin = job->n * thread_index / job->chunks;
-  const int64_t end = job->n * (thread_index + 1) / job->chunks;
+  const int64_t begin = job->n * chunk / job->chunks;
+  const int64_t end = job->n * (chunk + 1) / job->chunks;
   if (begin < end) (*job->fn)(begin, end);
 }
 
-void RunAllChunk(const void* ctx, int thread_index) {
-  (*static_cast<absl::FunctionRef<void(int)>*>(const_cast<void*>(ctx)))(
-      thread_index);
+void RunAllChunk(const void* ctx, int chunk) {
+  (*static_cast<absl::FunctionRef<void(int)>*>(const_cast<void*>(ctx)))(chunk);
 }
 
 }  // namespace
@@ -161,7 +190,7 @@ void ThreadPool::ParallelFor(
     return;
   }
   ForJob job{n, chunks, &fn};
-  state_->Run(&RunForChunk, &job, static_cast<int>(chunks) - 1);
+  state_->Run(&RunForChunk, &job, static_cast<int>(chunks));
 }
 
 void ThreadPool::RunOnAll(absl::FunctionRef<void(int thread_index)> fn) {
@@ -169,7 +198,7 @@ void ThreadPool::RunOnAll(absl::FunctionRef<void(int thread_index)> fn) {
     fn(0);
     return;
   }
-  state_->Run(&RunAllChunk, &fn, num_threads_ - 1);
+  state_->Run(&RunAllChunk, &fn, num_threads_);
 }
 
 }  // namespace pdserve

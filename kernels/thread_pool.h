@@ -10,12 +10,15 @@
 namespace pdserve {
 
 // Owns n_threads - 1 worker threads that live as long as the pool; the calling
-// thread is the n-th participant of every ParallelFor. ParallelFor is not
+// thread is the n-th participant of every ParallelFor. Work is split into at
+// most num_threads() chunks, which every participant claims until none is
+// left, so a worker that is descheduled delays nothing. ParallelFor is not
 // reentrant and must be called from one thread at a time (the engine's step
-// thread); it does not allocate on the heap.
+// thread); it does not allocate on the heap. Workers spin briefly between
+// jobs, then block.
 class ThreadPool {
  public:
-  // n_threads >= 1; 1 means "run everything on the caller".
+  // n_threads in [1, 65535]; 1 means "run everything on the caller".
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -29,7 +32,11 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t min_grain,
                    absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 
-  // Calls fn(thread_index) once on each of the num_threads() threads.
+  // Calls fn(i) once for each i in [0, num_threads()), distinct indices
+  // concurrently. An index is a slot (e.g. for per-slot scratch), not a fixed
+  // thread: a thread that finds another slow to wake runs its index too, so
+  // no two calls with the same index ever overlap but one thread may run
+  // several indices one after the other.
   void RunOnAll(absl::FunctionRef<void(int thread_index)> fn);
 
  private:

@@ -76,6 +76,21 @@ TEST(ThreadPoolTest, RunOnAllCallsEachThreadIndexOnce) {
   }
 }
 
+TEST(ThreadPoolTest, RunOnAllNeverOverlapsAnIndex) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<bool>> busy(4);
+  std::atomic<int> overlaps{0}, calls{0};
+  for (int rep = 0; rep < 2000; ++rep) {
+    pool.RunOnAll([&](int i) {
+      if (busy[i].exchange(true)) overlaps.fetch_add(1);
+      calls.fetch_add(1);
+      busy[i].store(false);
+    });
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(calls.load(), 2000 * 4);
+}
+
 TEST(ThreadPoolTest, ZeroLengthRangeDoesNothing) {
   ThreadPool pool(2);
   bool called = false;
