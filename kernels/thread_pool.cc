@@ -19,6 +19,9 @@ namespace {
 // next job while spinning; an idle pool sleeps after roughly 50-100 us.
 constexpr int kSpinIterations = 1 << 11;
 
+// ParallelFor splits a range into up to this many chunks per thread.
+constexpr int64_t kChunksPerThread = 4;
+
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -183,8 +186,11 @@ void ThreadPool::ParallelFor(
     absl::FunctionRef<void(int64_t begin, int64_t end)> fn) {
   if (n <= 0) return;
   const int64_t grain = std::max<int64_t>(1, min_grain);
-  const int64_t chunks =
-      std::min<int64_t>(num_threads_, std::max<int64_t>(1, n / grain));
+  // A few chunks per thread, so that a thread that starts late (or is
+  // descheduled) leaves only a small piece for the others to pick up.
+  const int64_t chunks = std::min<int64_t>(
+      std::min<int64_t>(0xffff, kChunksPerThread * int64_t{num_threads_}),
+      std::max<int64_t>(1, n / grain));
   if (chunks == 1) {
     fn(0, n);
     return;

@@ -10,9 +10,9 @@
 namespace pdserve {
 
 // Owns n_threads - 1 worker threads that live as long as the pool; the calling
-// thread is the n-th participant of every ParallelFor. Work is split into at
-// most num_threads() chunks, which every participant claims until none is
-// left, so a worker that is descheduled delays nothing. ParallelFor is not
+// thread is the n-th participant of every ParallelFor. Work is split into
+// chunks which every participant claims until none is left, so a worker that
+// is descheduled delays little. ParallelFor is not
 // reentrant and must be called from one thread at a time (the engine's step
 // thread); it does not allocate on the heap. Workers spin briefly between
 // jobs, then block.
@@ -26,9 +26,11 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
-  // Splits [0, n) into contiguous ranges and calls fn(begin, end) for each,
-  // on all threads, returning when every range is done. Ranges are at least
-  // `min_grain` long (except the last); fn must be safe to call concurrently.
+  // Splits [0, n) into contiguous ranges (up to 4 per thread, each at least
+  // `min_grain` long, sizes differing by at most one) and calls
+  // fn(begin, end) for each on the pool's threads, returning when every range
+  // is done. The split depends only on n, min_grain and num_threads(); fn
+  // must be safe to call concurrently.
   void ParallelFor(int64_t n, int64_t min_grain,
                    absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 

@@ -55,7 +55,10 @@ TEST(ThreadPoolTest, UsesSeveralThreadsForLargeRanges) {
   ThreadPool pool(3);
   std::atomic<int> ranges{0};
   pool.ParallelFor(300, 10, [&](int64_t, int64_t) { ranges.fetch_add(1); });
-  EXPECT_EQ(ranges.load(), 3);
+  EXPECT_EQ(ranges.load(), 12);  // 4 per thread
+  ranges = 0;
+  pool.ParallelFor(50, 10, [&](int64_t, int64_t) { ranges.fetch_add(1); });
+  EXPECT_EQ(ranges.load(), 5);  // limited by the grain
   ranges = 0;
   pool.ParallelFor(15, 10, [&](int64_t, int64_t) { ranges.fetch_add(1); });
   EXPECT_EQ(ranges.load(), 1);
