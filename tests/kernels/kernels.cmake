@@ -8,3 +8,12 @@ pdserve_add_test(NAME kernels_test LABEL unit
     ${CMAKE_CURRENT_LIST_DIR}/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/thread_pool_test.cc
   LIBS pdserve_kernels)
+
+# The same suites with the SIMD level forced down through PDSERVE_ISA (the
+# public MatMul/ops entry points then run the lower level).
+foreach(isa scalar avx2)
+  add_test(NAME kernels_test_isa_${isa}
+    COMMAND kernels_test --gtest_filter=MatMulTest.*:OpsTest.*:AllocationTest.*)
+  set_tests_properties(kernels_test_isa_${isa} PROPERTIES
+    LABELS unit ENVIRONMENT PDSERVE_ISA=${isa} TIMEOUT 300)
+endforeach()
