@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -124,7 +125,9 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
   logit_src_.resize(n);
   span_first_row_.resize(n + 1);
   items_.resize((n + n / kAttnRowChunk + 1) * c.num_kv_heads);
-  scores_.resize(static_cast<size_t>(pool_.num_threads()) * max_positions_);
+  scratch_per_thread_ = AttentionScratchFloats(max_positions_, c.head_dim);
+  scratch_.resize(static_cast<size_t>(pool_.num_threads()) *
+                  scratch_per_thread_);
   for (const LayerWeights& lw : weights_.layers) {
     for (const WeightView* w : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate,
                                 &lw.w_up, &lw.w_down}) {
@@ -341,42 +344,6 @@ void ForwardPass::StoreKv(int64_t layer, absl::Span<const SequenceSpan> batch) {
   }
 }
 
-void ForwardPass::AttendRow(int64_t layer, const SequenceSpan& span,
-                            int64_t row, int64_t batch_row, int64_t kv_head,
-                            float* scores) {
-  const ModelConfig& c = weights_.config;
-  const int64_t hd = c.head_dim;
-  const int64_t kv_dim = c.kv_dim();
-  const int64_t ps = kv_.page_size();
-  const int64_t group = c.num_heads / c.num_kv_heads;
-  const int64_t n_keys = span.start_pos + row + 1;  // causal
-  const int64_t n_pages = (n_keys + ps - 1) / ps;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t g = 0; g < group; ++g) {
-    const int64_t qh = kv_head * group + g;
-    const float* q = q_.data() + batch_row * c.q_dim() + qh * hd;
-    for (int64_t p = 0; p < n_pages; ++p) {
-      const float* keys =
-          kv_.keys(span.page_table[p], layer) + kv_head * hd;
-      const int64_t slots = std::min(ps, n_keys - p * ps);
-      for (int64_t j = 0; j < slots; ++j) {
-        scores[p * ps + j] = Dot(q, keys + j * kv_dim, hd) * scale;
-      }
-    }
-    Softmax(scores, n_keys);
-    float* out = attn_.data() + batch_row * c.q_dim() + qh * hd;
-    std::fill(out, out + hd, 0.0f);
-    for (int64_t p = 0; p < n_pages; ++p) {
-      const float* values =
-          kv_.values(span.page_table[p], layer) + kv_head * hd;
-      const int64_t slots = std::min(ps, n_keys - p * ps);
-      for (int64_t j = 0; j < slots; ++j) {
-        Axpy(scores[p * ps + j], values + j * kv_dim, out, hd);
-      }
-    }
-  }
-}
-
 void ForwardPass::Attention(int64_t layer,
                             absl::Span<const SequenceSpan> batch) {
   const int64_t kv_heads = weights_.config.num_kv_heads;
@@ -396,17 +363,29 @@ void ForwardPass::Attention(int64_t layer,
   // Dynamic scheduling: each thread takes the next item and uses its own
   // score buffer. Every query row is computed by the same code in the same
   // order whichever thread takes it, so results do not depend on the split.
+  const ModelConfig& c = weights_.config;
   pool_.RunOnAll([&](int thread) {
-    float* scores = scores_.data() + thread * max_positions_;
+    float* scratch = scratch_.data() + thread * scratch_per_thread_;
     for (;;) {
       const int64_t it = next_item_.fetch_add(1, std::memory_order_relaxed);
       if (it >= num_items_) break;
       const AttnItem& item = items_[it];
       const SequenceSpan& span = batch[item.span];
-      for (int64_t r = item.row_begin; r < item.row_end; ++r) {
-        AttendRow(layer, span, r, span_first_row_[item.span] + r,
-                  item.kv_head, scores);
-      }
+      const int64_t first = span_first_row_[item.span];
+      AttentionBlock block;
+      block.kv = &kv_;
+      block.layer = layer;
+      block.page_table = span.page_table;
+      block.start_pos = span.start_pos;
+      block.row_begin = item.row_begin;
+      block.row_end = item.row_end;
+      block.kv_head = item.kv_head;
+      block.group = c.num_heads / c.num_kv_heads;
+      block.head_dim = c.head_dim;
+      block.q = q_.data() + first * c.q_dim();
+      block.q_stride = c.q_dim();
+      block.out = attn_.data() + first * c.q_dim();
+      AttendBlock(block, scratch);
     }
   });
 }

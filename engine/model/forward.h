@@ -114,8 +114,6 @@ class ForwardPass {
   void QkNormAndRope(const LayerWeights& lw);
   void StoreKv(int64_t layer, absl::Span<const SequenceSpan> batch);
   void Attention(int64_t layer, absl::Span<const SequenceSpan> batch);
-  void AttendRow(int64_t layer, const SequenceSpan& span, int64_t row,
-                 int64_t batch_row, int64_t kv_head, float* scores);
   void LmHead(absl::Span<const SequenceSpan> batch, float* logits);
   void RmsNormRows(const float* x, const float* w, int64_t rows, float* out);
   void Account(absl::Span<const SequenceSpan> batch, int64_t logit_rows,
@@ -151,7 +149,9 @@ class ForwardPass {
   std::vector<int64_t> span_first_row_;  // [max_tokens] first batch row
   std::vector<AttnItem> items_;          // capacity fixed at construction
   int64_t num_items_ = 0;
-  std::vector<float> scores_;  // [num_threads][max_positions]
+  // Attention scratch (scores, transposed keys), per thread.
+  int64_t scratch_per_thread_ = 0;
+  std::vector<float> scratch_;
   std::atomic<int64_t> next_item_{0};
 };
 

@@ -16,3 +16,9 @@ if(TARGET pdserve_model AND TARGET pdserve_loader AND
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_parity_test.cc
     LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
 endif()
+if(TARGET pdserve AND TARGET pdserve_model)
+  pdserve_add_test(NAME model_generate_cli_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_generate_cli_test.cc
+    LIBS nlohmann_json::nlohmann_json)
+  add_dependencies(model_generate_cli_test pdserve)
+endif()

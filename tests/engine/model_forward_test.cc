@@ -1,6 +1,7 @@
 // ForwardPass: agreement with a plain reference, chunking and batch
 // invariance (bitwise), input validation, work accounting.
 #include "engine/model/forward.h"
+#include "engine/model/sequence_runner.h"
 
 #include <cmath>
 #include <cstring>
@@ -120,12 +121,23 @@ TinyShape Mha() {
   return s;
 }
 
+TinyShape WideHeads(Architecture arch) {  // head_dim 32: vectorised attention
+  TinyShape s;
+  s.arch = arch;
+  s.hidden = 64;
+  s.head_dim = 32;
+  s.seed = 11;
+  return s;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Arch, ForwardReferenceTest,
     ::testing::Values(ArchCase{"llama_neox", Llama(RopeStyle::kNeox)},
                       ArchCase{"llama_interleaved",
                                Llama(RopeStyle::kInterleaved)},
-                      ArchCase{"qwen3", Qwen3()}, ArchCase{"mha", Mha()}),
+                      ArchCase{"qwen3", Qwen3()}, ArchCase{"mha", Mha()},
+                      ArchCase{"llama_hd32", WideHeads(Architecture::kLlama)},
+                      ArchCase{"qwen3_hd32", WideHeads(Architecture::kQwen3)}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ForwardTest, RopeDeltaShiftsPositionsOnly) {
@@ -292,6 +304,30 @@ TEST(ForwardTest, StatsCountWeightsKvAndFlops) {
   const int64_t attn = 2 * (15 + 6) * c.head_dim * c.num_heads;
   EXPECT_EQ(stats.flops,
             2 * (6 * layer_params + c.num_layers * attn + 2 * lm));
+}
+
+TEST(SequenceRunnerTest, ChunkedFeedEqualsOnePassAndCapacityIsEnforced) {
+  Rig rig(TinyShape{});
+  const std::vector<int32_t> tokens = Tokens(10, rig.vocab(), 6);
+  const std::vector<float> whole = rig.Run({rig.Span(0, tokens, 0, 10)});
+  auto runner =
+      SequenceRunner::Create(rig.model->weights, rig.pool, /*capacity=*/11,
+                             /*max_chunk=*/3);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto last = (*runner)->Feed(tokens);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ((*runner)->stats().steps, 4);  // 3 + 3 + 3 + 1
+  EXPECT_EQ(0, std::memcmp(last->data(), whole.data(), whole.size() * 4));
+  const std::vector<int32_t> two = {1, 2};
+  EXPECT_THAT((*runner)->Feed(two).status().message(),
+              HasSubstr("position 10 cannot take 2 more tokens: capacity is "
+                        "11"));
+  (*runner)->Reset();
+  auto again = (*runner)->Feed(tokens);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(0, std::memcmp(again->data(), whole.data(), whole.size() * 4));
+  EXPECT_FALSE(
+      SequenceRunner::Create(rig.model->weights, rig.pool, 513, 8).ok());
 }
 
 TEST(ForwardTest, EmptyBatchIsANoOp) {
