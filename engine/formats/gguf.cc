@@ -453,11 +453,17 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(
     const std::string& path) {
   absl::StatusOr<MappedFile> mapped = MapFile(path);
   if (!mapped.ok()) return mapped.status();
+  return FromBuffer(path, mapped->owner, mapped->data, mapped->size);
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(
+    const std::string& name, std::shared_ptr<const void> owner,
+    const void* data, uint64_t size) {
   std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = path;
-  file->file_size_ = mapped->size;
-  file->mapping_ = mapped->owner;
-  GgufParser parser(path, mapped->data, mapped->size);
+  file->path_ = name;
+  file->file_size_ = size;
+  file->mapping_ = std::move(owner);
+  GgufParser parser(name, static_cast<const uint8_t*>(data), size);
   if (absl::Status s = parser.Parse(*file); !s.ok()) return s;
   return file;
 }

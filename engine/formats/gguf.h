@@ -83,6 +83,12 @@ class GgufFile {
  public:
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
       const std::string& path);
+  // Parses GGUF bytes already in memory (`name` appears in errors). `owner`
+  // keeps [data, data + size) alive and becomes mapping(); may be null when
+  // the caller guarantees the buffer outlives the object.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(
+      const std::string& name, std::shared_ptr<const void> owner,
+      const void* data, uint64_t size);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }

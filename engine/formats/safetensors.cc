@@ -150,27 +150,46 @@ absl::StatusOr<DType> SafetensorsDType(std::string_view dtype) {
 absl::Status SafetensorsModel::AddFile(const std::string& path) {
   absl::StatusOr<MappedFile> file = MapFile(path);
   if (!file.ok()) return file.status();
-  if (file->size < 8) {
+  if (absl::Status s = AddBuffer(path, file->data, file->size); !s.ok()) {
+    return s;
+  }
+  mappings_.push_back(file->owner);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::FromBuffer(
+    const std::string& name, std::shared_ptr<const void> owner,
+    const void* data, uint64_t size) {
+  std::unique_ptr<SafetensorsModel> model(new SafetensorsModel());
+  absl::Status s =
+      model->AddBuffer(name, static_cast<const uint8_t*>(data), size);
+  if (!s.ok()) return s;
+  if (owner != nullptr) model->mappings_.push_back(std::move(owner));
+  return model;
+}
+
+absl::Status SafetensorsModel::AddBuffer(const std::string& path,
+                                         const uint8_t* data, uint64_t size) {
+  if (size < 8) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": truncated: need an 8-byte header length, file size is ",
-        file->size));
+        size));
   }
   uint64_t header_len;
-  std::memcpy(&header_len, file->data, 8);
+  std::memcpy(&header_len, data, 8);
   if (header_len > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": header length ", header_len,
                      " exceeds the format's limit of ", kMaxHeaderBytes));
   }
-  if (header_len > file->size - 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": header length ", header_len,
-                     " runs past the end of the ", "file (", file->size,
-                     " bytes, ", file->size - 8, " after the length field)"));
+  if (header_len > size - 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": header length ", header_len, " runs past the end of the ",
+        "file (", size, " bytes, ", size - 8, " after the length field)"));
   }
   json header;
   try {
-    header = json::parse(file->data + 8, file->data + 8 + header_len);
+    header = json::parse(data + 8, data + 8 + header_len);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bad header JSON: ", e.what()));
@@ -184,10 +203,9 @@ absl::Status SafetensorsModel::AddFile(const std::string& path) {
     if (name == "__metadata__") continue;
     SafetensorsTensor t;
     int64_t begin = 0;
-    absl::Status s =
-        ParseEntry(path, name, entry, file->size - data_start, t, begin);
+    absl::Status s = ParseEntry(path, name, entry, size - data_start, t, begin);
     if (!s.ok()) return s;
-    t.data = file->data + data_start + begin;
+    t.data = data + data_start + begin;
     t.file = path;
     if (tensors_.count(name) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -195,7 +213,6 @@ absl::Status SafetensorsModel::AddFile(const std::string& path) {
     }
     tensors_.emplace(name, std::move(t));
   }
-  mappings_.push_back(file->owner);
   return absl::OkStatus();
 }
 

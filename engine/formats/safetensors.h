@@ -40,6 +40,12 @@ class SafetensorsModel {
   // (then config() is empty unless a config.json sits next to it).
   static absl::StatusOr<std::unique_ptr<SafetensorsModel>> Open(
       const std::string& path);
+  // Parses one safetensors file already in memory (`name` appears in
+  // errors); `owner` keeps the bytes alive (may be null when the caller
+  // guarantees the buffer outlives the object). No config.json.
+  static absl::StatusOr<std::unique_ptr<SafetensorsModel>> FromBuffer(
+      const std::string& name, std::shared_ptr<const void> owner,
+      const void* data, uint64_t size);
 
   const std::string& dir() const { return dir_; }
   // Parsed config.json (a null json when there is none).
@@ -62,6 +68,8 @@ class SafetensorsModel {
  private:
   SafetensorsModel() = default;
   absl::Status AddFile(const std::string& path);
+  absl::Status AddBuffer(const std::string& path, const uint8_t* data,
+                         uint64_t size);
   absl::Status OpenFolder(const std::string& dir);
 
   std::string dir_;
