@@ -15,6 +15,13 @@ constexpr std::string_view kEndOfTurnTexts[] = {
     "<|end|>",    "<end_of_turn>", "<|end_of_text|>",
 };
 
+// Key of the first one or two bytes of text[pos..] (see specials_by_prefix_).
+uint32_t PrefixKey(std::string_view text, size_t pos) {
+  const uint32_t b0 = static_cast<uint8_t>(text[pos]);
+  return pos + 1 < text.size() ? b0 << 8 | static_cast<uint8_t>(text[pos + 1])
+                               : b0 << 8 | 0x100;
+}
+
 bool IsSpecialType(TokenType t) {
   return t == TokenType::kControl || t == TokenType::kUserDefined ||
          t == TokenType::kUnknown;
@@ -51,10 +58,12 @@ VocabTokenizer::VocabTokenizer(const VocabSpec& spec,
       it->second = static_cast<int32_t>(id);
     }
     if (special && !token_bytes_[id].empty()) {
-      specials_by_byte_[static_cast<uint8_t>(token_bytes_[id][0])].push_back(id);
+      const std::string& t = token_bytes_[id];
+      special_first_byte_[static_cast<uint8_t>(t[0])] = true;
+      specials_by_prefix_[PrefixKey(t, 0)].push_back(static_cast<int32_t>(id));
     }
   }
-  for (auto& list : specials_by_byte_) {
+  for (auto& [key, list] : specials_by_prefix_) {
     std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) {
       return token_bytes_[a].size() > token_bytes_[b].size();
     });
@@ -75,11 +84,16 @@ VocabTokenizer::VocabTokenizer(const VocabSpec& spec,
 }
 
 int32_t VocabTokenizer::MatchSpecial(std::string_view text, size_t pos) const {
-  for (int32_t id : specials_by_byte_[static_cast<uint8_t>(text[pos])]) {
-    const std::string& s = token_bytes_[id];
-    if (text.size() - pos >= s.size() &&
-        text.compare(pos, s.size(), s) == 0) {
-      return id;
+  // Two-byte prefixes first (they hold the longer texts), then one byte.
+  for (const uint32_t key : {PrefixKey(text, pos), PrefixKey(text.substr(pos, 1), 0)}) {
+    auto it = specials_by_prefix_.find(key);
+    if (it == specials_by_prefix_.end()) continue;
+    for (int32_t id : it->second) {
+      const std::string& s = token_bytes_[id];
+      if (text.size() - pos >= s.size() &&
+          text.compare(pos, s.size(), s) == 0) {
+        return id;
+      }
     }
   }
   return -1;
@@ -101,9 +115,9 @@ absl::StatusOr<std::vector<int32_t>> VocabTokenizer::Encode(
   size_t start = 0;
   bool at_boundary = true;
   for (size_t pos = 0; pos < text.size();) {
-    const int32_t id = specials_by_byte_[static_cast<uint8_t>(text[pos])].empty()
-                           ? -1
-                           : MatchSpecial(text, pos);
+    const int32_t id = special_first_byte_[static_cast<uint8_t>(text[pos])]
+                           ? MatchSpecial(text, pos)
+                           : -1;
     if (id < 0) {
       ++pos;
       continue;

@@ -95,8 +95,11 @@ class VocabTokenizer : public Tokenizer {
   std::vector<std::string> token_bytes_;
   std::vector<TokenType> types_;
   absl::flat_hash_map<std::string, int32_t> bytes_to_id_;
-  // Special token ids by the first byte of their text, longest first.
-  std::vector<int32_t> specials_by_byte_[256];
+  // Whether some special token text starts with the byte.
+  bool special_first_byte_[256] = {};
+  // Special token ids by the first two bytes of their text (a one-byte
+  // text keys as byte << 8 | 0x100), longest first.
+  absl::flat_hash_map<uint32_t, std::vector<int32_t>> specials_by_prefix_;
   std::vector<int32_t> stop_ids_;
   int32_t bos_, eos_;
   bool add_bos_, add_space_prefix_;
