@@ -1,5 +1,6 @@
 #include "server/chat/chat_template.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -117,6 +118,24 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   ro.limits = options.limits;
   ro.now = options.now;
   return template_.Render(*vars, ro);
+}
+
+std::vector<std::string> ChatTemplate::ControlTokens(
+    const std::vector<AddedToken>& added) const {
+  std::string literals = template_.LiteralText();
+  std::vector<std::string> out;
+  for (const AddedToken& t : added) {
+    bool whitespace = std::all_of(t.text.begin(), t.text.end(), [](char c) {
+      return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    });
+    if (t.text.empty()) continue;
+    if (t.special || (!whitespace && literals.find(t.text) != std::string::npos)) {
+      out.push_back(t.text);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 absl::StatusOr<std::vector<PromptSegment>> ChatTemplate::RenderSegments(

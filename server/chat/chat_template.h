@@ -104,6 +104,17 @@ class ChatTemplate {
       const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
       const std::vector<std::string>& control_tokens) const;
 
+  // A tokenizer's added token, for ControlTokens().
+  struct AddedToken {
+    std::string text;
+    bool special = false;
+  };
+  // The control tokens RenderSegments should protect, chosen as transformers
+  // does by default: special tokens, plus added tokens that occur in the
+  // template's literal text (e.g. Qwen3's <think>, <tool_call>), except
+  // whitespace-only ones.
+  std::vector<std::string> ControlTokens(const std::vector<AddedToken>& added) const;
+
   bool is_fallback() const { return fallback_; }
   const std::string& source() const { return source_; }
 

@@ -87,6 +87,26 @@ TEST(ChatControlTokensTest, SegmentsConcatenateToTheRenderedPrompt) {
                                                    "<|endoftext|>", "<|endoftext|>"}));
 }
 
+// ControlTokens() picks the same tokens as transformers' default rule, from
+// the added tokens of the Qwen3 tokenizer.json.
+TEST(ChatControlTokensTest, ControlTokensMatchTransformersDefault) {
+  std::string tok_json = ReadFile(std::string(PDSERVE_SHARED_DIR) +
+                                  "/tokenizers/qwen3/tokenizer.json");
+  if (tok_json.empty()) GTEST_SKIP() << "../shared not present";
+  std::vector<ChatTemplate::AddedToken> added;
+  // Plain (map-backed) json: ordered_json is quadratic on a 150k-entry vocab.
+  nlohmann::json tok_doc = nlohmann::json::parse(tok_json);
+  for (const nlohmann::json& t : tok_doc.at("added_tokens")) {
+    added.push_back({t.at("content").get<std::string>(), t.at("special").get<bool>()});
+  }
+  ASSERT_GT(added.size(), 20u);
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(Data("qwen3.jinja"), "", "<|im_end|>");
+  ASSERT_TRUE(t.ok());
+  Json doc = Json::parse(Data("sanitize_goldens.json"));
+  EXPECT_EQ(t->ControlTokens(added),
+            doc.at("control_tokens").get<std::vector<std::string>>());
+}
+
 std::vector<ChatMessage> Messages(const Json& list) {
   std::vector<ChatMessage> out;
   for (const Json& j : list) {

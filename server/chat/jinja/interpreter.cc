@@ -535,6 +535,45 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
 
 }  // namespace
 
+namespace {
+
+void CollectExprLiterals(const Expr& e, std::string* out) {
+  if (e.kind == Expr::Kind::kLiteral && e.literal.is_string()) {
+    *out += e.literal.as_string();
+    out->push_back('\0');
+  }
+  for (const ExprPtr& a : e.args) {
+    if (a != nullptr) CollectExprLiterals(*a, out);
+  }
+}
+
+void CollectBodyLiterals(const Body& body, std::string* out) {
+  for (const NodePtr& n : body) {
+    if (n->kind == Node::Kind::kData) {
+      *out += n->text;
+      out->push_back('\0');
+    }
+    if (n->expr != nullptr) CollectExprLiterals(*n->expr, out);
+    for (const ExprPtr& c : n->conds) CollectExprLiterals(*c, out);
+    for (const ExprPtr& f : n->filters) CollectExprLiterals(*f, out);
+    for (const Body& b : n->bodies) CollectBodyLiterals(b, out);
+    if (n->macro != nullptr) {
+      for (const ExprPtr& d : n->macro->defaults) {
+        if (d != nullptr) CollectExprLiterals(*d, out);
+      }
+      CollectBodyLiterals(n->macro->body, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::string Template::LiteralText() const {
+  std::string out;
+  CollectBodyLiterals(parsed_->body, &out);
+  return out;
+}
+
 absl::StatusOr<Template> Template::Parse(absl::string_view source) {
   PDJ_ASSIGN_OR_RETURN(std::unique_ptr<ParsedTemplate> parsed, ParseTemplate(source));
   return Template(std::shared_ptr<const ParsedTemplate>(std::move(parsed)));

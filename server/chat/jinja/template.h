@@ -49,6 +49,11 @@ class Template {
   absl::StatusOr<std::string> Render(const ValueDict& variables,
                                      const RenderOptions& options) const;
 
+  // The template's literal text: every text block and string constant
+  // (jinja2's TemplateData and str Const nodes), joined with '\0' so a
+  // search cannot match across two of them.
+  std::string LiteralText() const;
+
  private:
   explicit Template(std::shared_ptr<const ParsedTemplate> parsed)
       : parsed_(std::move(parsed)) {}
