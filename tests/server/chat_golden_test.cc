@@ -94,6 +94,7 @@ TEST(ChatGoldenTest, Qwen3) { RunGoldenFile("qwen3_goldens.json", 20); }
 TEST(ChatGoldenTest, SmolLM2ChatMl) { RunGoldenFile("smollm2_goldens.json", 7); }
 TEST(ChatGoldenTest, Llama3) { RunGoldenFile("llama3_goldens.json", 7); }
 TEST(ChatGoldenTest, Gemma) { RunGoldenFile("gemma_goldens.json", 6); }
+TEST(ChatGoldenTest, DeepSeekR1) { RunGoldenFile("deepseek_r1_goldens.json", 5); }
 TEST(ChatGoldenTest, InterpreterFeatures) { RunGoldenFile("features_goldens.json", 4); }
 // Whitespace control, newline handling and value formatting snippets.
 TEST(ChatGoldenTest, InterpreterSnippets) { RunGoldenFile("snippets_goldens.json", 46); }

@@ -25,6 +25,8 @@ Inputs:
     here with the gguf package when the model is in the cache, and checked);
     llama3.jinja is the public Meta-Llama-3-8B-Instruct template;
     gemma.jinja is the public gemma-7b-it / gemma-2-*-it template;
+    deepseek_r1.jinja is the DeepSeek-R1 template as found in public copies
+    of its tokenizer_config.json (fullwidth ｜ and ▁ in the token names);
     qwen3.jinja is a copy of the shared Qwen3 template (checked too).
 """
 
@@ -190,6 +192,22 @@ def gemma_cases():
     ]
 
 
+def deepseek_cases():
+    def case(name, messages, agp=True):
+        return {"name": "deepseek_r1_" + name, "template_file": "deepseek_r1.jinja",
+                "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>",
+                "messages": messages, "add_generation_prompt": agp}
+    tools = [SYS, U1, {"role": "tool", "content": "{\"r\": 1}"},
+             {"role": "tool", "content": "second"}]
+    return [
+        case("user_only", [U1]),
+        case("system_multi_turn_think", [SYS, U1, A_THINK, U2]),
+        case("no_generation_prompt", [SYS, U1, A1], agp=False),
+        case("tool_outputs_pending", tools),
+        case("tool_outputs_then_answer", tools + [A1, U2]),
+    ]
+
+
 def feature_cases():
     msgs = [{"role": "system", "content": "  sys  "},
             {"role": "user", "content": "Hello there, world"},
@@ -337,6 +355,7 @@ def main():
         "llama3_goldens.json": chatml_cases("llama3_", "llama3.jinja",
                                             "<|begin_of_text|>", "<|eot_id|>"),
         "gemma_goldens.json": gemma_cases(),
+        "deepseek_r1_goldens.json": deepseek_cases(),
         "features_goldens.json": feature_cases(),
         "snippets_goldens.json": snippet_cases(),
     }
