@@ -144,6 +144,35 @@ std::string TokenText(const Json& j) {
   return "";
 }
 
+// A post_processor (TemplateProcessing, alone or in a Sequence) whose
+// single-sequence template starts with a special token prepends BOS.
+void ApplyPostProcessor(const Json& post, VocabSpec* spec) {
+  const Json* tp = nullptr;
+  if (StringField(post, "type") == "TemplateProcessing") {
+    tp = &post;
+  } else if (StringField(post, "type") == "Sequence" && post.contains("processors") &&
+             post["processors"].is_array()) {
+    for (const Json& p : post["processors"]) {
+      if (StringField(p, "type") == "TemplateProcessing") tp = &p;
+    }
+  }
+  if (tp == nullptr || !tp->contains("single") || !(*tp)["single"].is_array() ||
+      (*tp)["single"].empty()) {
+    return;
+  }
+  const Json& first = (*tp)["single"][0];
+  if (!first.is_object() || !first.contains("SpecialToken")) return;
+  const std::string text = StringField(first["SpecialToken"], "id");
+  for (size_t id = 0; id < spec->tokens.size(); ++id) {
+    if (!text.empty() && spec->tokens[id] == text &&
+        spec->types[id] != TokenType::kNormal) {
+      spec->bos = static_cast<int32_t>(id);
+      spec->add_bos = true;
+      return;
+    }
+  }
+}
+
 void ApplyConfig(const Json& cfg, VocabSpec* spec) {
   if (cfg.contains("chat_template")) {
     const Json& t = cfg["chat_template"];
@@ -211,6 +240,7 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
     return s;
   }
   if (absl::Status s = ReadMerges(model["merges"], &spec); !s.ok()) return s;
+  ApplyPostProcessor(doc["post_processor"], &spec);
   if (!config_json.empty()) {
     Json cfg = Json::parse(config_json.begin(), config_json.end(), nullptr, false);
     if (cfg.is_discarded() || !cfg.is_object()) {

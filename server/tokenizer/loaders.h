@@ -20,7 +20,10 @@ absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& file);
 
 // A tokenizer.json document (BPE model; ByteLevel / Split+ByteLevel /
 // Digits+ByteLevel pre-tokenizers with the known regexes; NFC or no
-// normaliser). `config_json` is tokenizer_config.json's text or empty.
+// normaliser). A TemplateProcessing post-processor that starts with a
+// special token sets bos and add_bos. `config_json` is tokenizer_config.json's
+// text or empty; its bos_token, eos_token, add_bos_token and chat_template
+// take precedence.
 absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
                                           std::string_view config_json);
 

@@ -223,13 +223,19 @@ TEST(TokenizerLoadTest, MinimalTokenizerJson) {
     std::ofstream out(path);
     out << R"({"normalizer": null,
       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-      "added_tokens": [{"id": 6, "content": "<|end|>", "special": true}],
+      "added_tokens": [{"id": 6, "content": "<|end|>", "special": true},
+                       {"id": 7, "content": "<|begin|>", "special": true}],
+      "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|begin|>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}]},
       "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "Ġab": 4, "c": 5},
                 "merges": ["a b", "Ġ ab"]}})";
   }
   auto tok = Tokenizer::Load(path);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  EXPECT_EQ((*tok)->vocab_size(), 7);
+  EXPECT_EQ((*tok)->vocab_size(), 8);
+  EXPECT_EQ((*tok)->bos_id(), 7);
+  EXPECT_TRUE((*tok)->add_bos());
   EXPECT_EQ(*(*tok)->Encode("ab abc"), (std::vector<int32_t>{2, 4, 5}));
   EXPECT_EQ(*(*tok)->Encode("ab<|end|>", true), (std::vector<int32_t>{2, 6}));
   EXPECT_EQ((*tok)->stop_ids(), std::vector<int32_t>{6});
