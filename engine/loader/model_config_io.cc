@@ -214,11 +214,42 @@ absl::StatusOr<Architecture> HfArchitecture(const json& j,
 }
 
 // Features of the config we do not implement are errors, not silent drift.
+// A RoPE parameter object (transformers v5 `rope_parameters`, v4
+// `rope_scaling`) is fine when its type is "default".
+absl::Status CheckRopeType(const json& j, const char* key,
+                           const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  const json& r = j[key];
+  std::string type = "default";
+  if (r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()) {
+    type = r["rope_type"].get<std::string>();
+  } else if (r.is_object() && r.contains("type") && r["type"].is_string()) {
+    type = r["type"].get<std::string>();
+  }
+  if (!r.is_object() || type != "default") {
+    return absl::UnimplementedError(
+        absl::StrCat(source, ": ", key, " ", r.dump(),
+                     " is not supported (only the ", "default RoPE)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckHfUnsupported(const json& j, const std::string& source) {
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    return absl::UnimplementedError(absl::StrCat(source, ": rope_scaling ",
-                                                 j["rope_scaling"].dump(),
-                                                 " is not supported"));
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (absl::Status s = CheckRopeType(j, key, source); !s.ok()) return s;
+  }
+  if (j.contains("use_sliding_window") && j["use_sliding_window"] == true) {
+    return absl::UnimplementedError(
+        absl::StrCat(source, ": use_sliding_window = true is not supported"));
+  }
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const json& t : j["layer_types"]) {
+      if (t != "full_attention") {
+        return absl::UnimplementedError(
+            absl::StrCat(source, ": layer type ", t.dump(),
+                         " is not supported (full_attention only)"));
+      }
+    }
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) {
@@ -262,10 +293,19 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
   }
   PDSERVE_ASSIGN(c.head_dim,
                  JsonInt(j, source, "head_dim", c.hidden_size / c.num_heads));
+  // transformers v5 nests RoPE settings in rope_parameters; v4 keeps them
+  // at the top level.
+  const json& rope =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object()
+          ? j["rope_parameters"]
+          : j;
   double partial, theta, eps;
   PDSERVE_ASSIGN(partial, JsonFloat(j, source, "partial_rotary_factor", 1.0));
+  PDSERVE_ASSIGN(partial,
+                 JsonFloat(rope, source, "partial_rotary_factor", partial));
   c.rope_dims = static_cast<int64_t>(c.head_dim * partial);
   PDSERVE_ASSIGN(theta, JsonFloat(j, source, "rope_theta", 10000.0));
+  PDSERVE_ASSIGN(theta, JsonFloat(rope, source, "rope_theta", theta));
   PDSERVE_ASSIGN(eps, JsonFloat(j, source, "rms_norm_eps", 1e-6));
   c.rope_theta = static_cast<float>(theta);
   c.rms_norm_eps = static_cast<float>(eps);

@@ -1,5 +1,6 @@
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,6 +92,53 @@ TEST(SafetensorsTest, Qwen3TiedMisalignedViaConfigPath) {
   auto cfg = ReadModelConfig(dir.path());
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->head_dim, 16);
+}
+
+TEST(SafetensorsTest, TransformersV5RopeParameters) {
+  TempDir dir("st");
+  TinySpec s;
+  WriteFolder(dir, s, DType::kF32);
+  nlohmann::json cfg = testing_util::TinyHfConfig(s);
+  cfg.erase("rope_theta");
+  cfg.erase("rope_scaling");
+  cfg["rope_parameters"] = {{"rope_theta", 1234.0}, {"rope_type", "default"}};
+  cfg["layer_types"] = {"full_attention", "full_attention"};
+  testing_util::WriteBytes(dir.Path("config.json"), cfg.dump());
+  auto c = ReadModelConfig(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_theta, 1234.0f);
+  cfg["rope_parameters"]["rope_type"] = "yarn";
+  testing_util::WriteBytes(dir.Path("config.json"), cfg.dump());
+  EXPECT_THAT(Msg(ReadModelConfig(dir.path()).status()),
+              HasSubstr("rope_parameters {"));
+  cfg["rope_parameters"]["rope_type"] = "default";
+  cfg["layer_types"] = {"full_attention", "sliding_attention"};
+  testing_util::WriteBytes(dir.Path("config.json"), cfg.dump());
+  EXPECT_THAT(Msg(ReadModelConfig(dir.path()).status()),
+              HasSubstr("layer type \"sliding_attention\""));
+}
+
+// The parity fixtures committed by the model tests load with the values
+// their config.json states.
+TEST(SafetensorsTest, ParityFixturesLoad) {
+  const std::string base = std::string(PDSERVE_TESTDATA_DIR) + "/parity/";
+  for (const char* name : {"tiny_llama", "tiny_qwen3"}) {
+    const std::string dir = base + name;
+    if (!std::ifstream(dir + "/config.json").good()) {
+      GTEST_SKIP() << dir << " absent";
+    }
+    auto w = LoadModel(dir);
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::ifstream in(dir + "/config.json");
+    const nlohmann::json cfg = nlohmann::json::parse(in);
+    const ModelConfig& c = (*w)->config;
+    EXPECT_EQ(c.head_dim, cfg["head_dim"].get<int64_t>()) << name;
+    EXPECT_EQ(c.vocab_size, cfg["vocab_size"].get<int64_t>()) << name;
+    EXPECT_EQ(c.tied_embeddings, cfg["tie_word_embeddings"].get<bool>());
+    EXPECT_FLOAT_EQ(c.rope_theta,
+                    cfg["rope_parameters"]["rope_theta"].get<float>());
+    EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  }
 }
 
 TEST(SafetensorsTest, Sharded) {
