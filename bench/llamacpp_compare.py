@@ -5,11 +5,13 @@ prints pdserve's prefill / decode tokens/s as ratios to llama.cpp's (JSON).
 
   python3 bench/llamacpp_compare.py [--bench BUILD/bench/generate_bench]
       [--model A.gguf ...] [--threads 1,2] [--prompt-tokens 512]
-      [--decode-tokens 128] [--repeat 2] [--make-variants]
+      [--decode-tokens 128] [--repeat 1] [--rounds 3] [--no-variants]
 
 Defaults: the shipped SmolLM2-135M-Instruct Q4_1 from $PDSERVE_CACHE/models
-(~/.cache/pdserve/models) plus, with --make-variants (default on), Q8_0 and
-F16 files made from it with `pdserve quantize` (cached next to it).
+(~/.cache/pdserve/models) plus Q8_0 and
+F16 files made from it with `pdserve quantize` (cached next to it; skip with
+--no-variants). Each figure is the best over --rounds alternations of the two
+programs.
 
 llama.cpp comes from the PyPI package llama-cpp-python, installed on first use
 into a venv at $PDSERVE_CACHE/llamacpp-venv (pip builds llama.cpp from
@@ -56,10 +58,16 @@ def prompt_ids(n, vocab):
     return [(i * 7919 + 17) % vocab for i in range(n)]
 
 
+def _argmax(floats, n):
+    import numpy as np
+    return int(np.frombuffer(floats, dtype=np.float32, count=n).argmax())
+
+
 def llamacpp_worker(args):
     """Runs inside the llama-cpp-python venv; prints one JSON line per
     (model, threads)."""
-    import llama_cpp  # noqa: F401
+    import ctypes
+    import llama_cpp
     from llama_cpp import Llama
     for model in args.model:
         for threads in args.threads:
@@ -80,8 +88,10 @@ def llamacpp_worker(args):
                 tok = 0
                 t0 = time.perf_counter()
                 for _ in range(args.decode_tokens):
-                    logits = llm.scores[llm.n_tokens - 1]
-                    tok = int(logits.argmax())
+                    # Greedy over the last logits row, as generate_bench does.
+                    p = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+                    row = ctypes.cast(p, ctypes.POINTER(ctypes.c_float * vocab))
+                    tok = _argmax(row.contents, vocab)
                     llm.eval([tok])
                 best_d = min(best_d, time.perf_counter() - t0)
             print(json.dumps({"model": model, "threads": threads,
@@ -116,8 +126,14 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--decode-tokens", type=int, default=128)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="timed runs per figure inside each program")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternations of the two programs (best is kept)")
     p.add_argument("--no-variants", action="store_true")
+    p.add_argument("--llamacpp-python", default=None,
+                   help="a python that can already import llama_cpp "
+                        "(default: the cached venv, installed on first use)")
     p.add_argument("--llamacpp-worker", action="store_true",
                    help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -133,41 +149,61 @@ def main():
             "pdserve")
         args.model = ([DEFAULT_MODEL] if args.no_variants
                       else make_variants(pdserve, DEFAULT_MODEL))
-    py = ensure_llamacpp()
+    py = args.llamacpp_python or ensure_llamacpp()
     common = ["--threads", ",".join(map(str, args.threads)),
               "--prompt-tokens", str(args.prompt_tokens),
               "--decode-tokens", str(args.decode_tokens),
               "--repeat", str(args.repeat)]
     ours_cmd = [args.bench] + sum([["--model", m] for m in args.model], []) + common
-    log("running pdserve: " + " ".join(ours_cmd))
-    ours = json.loads(subprocess.run(ours_cmd, check=True, capture_output=True,
-                                     text=True).stdout)
     theirs_cmd = [py, os.path.abspath(__file__), "--llamacpp-worker"] + \
         sum([["--model", m] for m in args.model], []) + common
-    log("running llama.cpp: " + " ".join(theirs_cmd))
-    res = subprocess.run(theirs_cmd, check=True, capture_output=True, text=True)
-    theirs = {}
-    for line in res.stdout.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            theirs[(r["model"], r["threads"])] = r
+    # Alternate the two programs for --rounds rounds and keep each figure's
+    # best: on a shared machine the load drifts, and interleaving exposes
+    # both to the same conditions.
+    ours, theirs = {}, {}
+
+    def keep_best(table, key, prefill, decode):
+        old = table.get(key, (0.0, 0.0))
+        table[key] = (max(old[0], prefill), max(old[1], decode))
+
+    isa = None
+    for rnd in range(args.rounds):
+        log(f"round {rnd + 1}/{args.rounds}: pdserve")
+        res = subprocess.run(ours_cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"generate_bench failed:\n{res.stderr}")
+        doc = json.loads(res.stdout)
+        isa = doc.get("isa")
+        for r in doc["results"]:
+            keep_best(ours, (r["model"], r["threads"], r["weights_type"]),
+                      r["prefill_tok_s"], r["decode_tok_s"])
+        log(f"round {rnd + 1}/{args.rounds}: llama.cpp")
+        res = subprocess.run(theirs_cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"llama.cpp worker failed:\n{res.stderr}")
+        for line in res.stdout.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                keep_best(theirs, (r["model"], r["threads"]),
+                          r["prefill_tok_s"], r["decode_tok_s"])
     rows = []
-    for r in ours["results"]:
-        t = theirs[(r["model"], r["threads"])]
+    for (model, threads, wtype), (op, od) in ours.items():
+        tp, td = theirs[(model, threads)]
         rows.append({
-            "model": os.path.basename(r["model"]),
-            "weights_type": r["weights_type"],
-            "threads": r["threads"],
-            "pdserve_prefill_tok_s": round(r["prefill_tok_s"], 1),
-            "llamacpp_prefill_tok_s": round(t["prefill_tok_s"], 1),
-            "prefill_ratio": round(r["prefill_tok_s"] / t["prefill_tok_s"], 3),
-            "pdserve_decode_tok_s": round(r["decode_tok_s"], 1),
-            "llamacpp_decode_tok_s": round(t["decode_tok_s"], 1),
-            "decode_ratio": round(r["decode_tok_s"] / t["decode_tok_s"], 3),
+            "model": os.path.basename(model),
+            "weights_type": wtype,
+            "threads": threads,
+            "pdserve_prefill_tok_s": round(op, 1),
+            "llamacpp_prefill_tok_s": round(tp, 1),
+            "prefill_ratio": round(op / tp, 3),
+            "pdserve_decode_tok_s": round(od, 1),
+            "llamacpp_decode_tok_s": round(td, 1),
+            "decode_ratio": round(od / td, 3),
         })
     print(json.dumps({"prompt_tokens": args.prompt_tokens,
                       "decode_tokens": args.decode_tokens,
-                      "pdserve_isa": ours.get("isa"),
+                      "rounds": args.rounds, "repeat": args.repeat,
+                      "pdserve_isa": isa,
                       "results": rows}, indent=2))
 
 
