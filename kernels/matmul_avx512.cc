@@ -7,7 +7,9 @@
 //   Q4_x: nibbles unpack to [A0..15 | B0..15 | A16..31 | B16..31] (u8), the
 //         activations are stored in that order; Q4_0's "-8" is folded into a
 //         per-token correction (-8 * sum of x per int32 lane), Q4_1's "+m"
-//         into m * (d_x * sum x) accumulated per token lane.
+//         into m * (d_x * sum x), accumulated per token with rows in lanes.
+// Weights are prefetched 16 rows ahead into L2; rows are processed in chunks
+// of ~128 KiB so a chunk stays in L2 while all token tiles sweep it.
 // Every int32 lane of a block pair is converted to f32, scaled by d_w * d_x
 // and accumulated in a per-(row, token) zmm, so each output's arithmetic is
 // the same whatever the tile shape around it.
