@@ -55,7 +55,7 @@ class ByteLevelBpe : public VocabTokenizer {
   absl::Status Init(const VocabSpec& spec);
 
  protected:
-  void EncodeSegment(std::string_view text, bool at_boundary,
+  void EncodeSegment(std::string_view text, bool at_start, bool after_special,
                      std::vector<int32_t>* out) const override;
 
  private:
@@ -122,7 +122,8 @@ absl::Status ByteLevelBpe::Init(const VocabSpec& spec) {
   return absl::OkStatus();
 }
 
-void ByteLevelBpe::EncodeSegment(std::string_view text, bool at_boundary,
+void ByteLevelBpe::EncodeSegment(std::string_view text, bool at_start,
+                                 bool after_special,
                                  std::vector<int32_t>* out) const {
   std::string normalized;
   if (nfc_ && !unicode::IsNfcQuick(text)) {

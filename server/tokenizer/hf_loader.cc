@@ -1,8 +1,10 @@
 // Hugging Face tokenizer.json and llama2.c tokenizer.bin loading.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/tokenizer/loaders.h"
@@ -144,6 +146,93 @@ std::string TokenText(const Json& j) {
   return "";
 }
 
+// Byte-level BPE: optional NFC normaliser and a known pre-tokenizer.
+absl::Status ConfigureByteLevel(Json& doc, VocabSpec* spec) {
+  spec->model = VocabModel::kByteLevelBpe;
+  const Json& norm = doc["normalizer"];
+  if (norm.is_object() && StringField(norm, "type") == "NFC") {
+    spec->nfc = true;
+  } else if (!norm.is_null()) {
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported normalizer ", Dump(norm)));
+  }
+  auto pre = PreTokenizerOf(doc["pre_tokenizer"]);
+  if (!pre.ok()) return pre.status();
+  spec->pre = *pre;
+  return absl::OkStatus();
+}
+
+bool IsSpaceReplace(const Json& j) {
+  return StringField(j, "type") == "Replace" && j.contains("pattern") &&
+         StringField(j["pattern"], "String") == " " &&
+         StringField(j, "content") == "\xE2\x96\x81";
+}
+
+// SentencePiece-style BPE with byte fallback (Llama-2, Mistral, TinyLlama):
+// either the legacy normaliser Sequence[Prepend("▁"), Replace(" ", "▁")] or
+// a Metaspace pre-tokenizer (replacement "▁", split false).
+absl::Status ConfigureSentencePiece(Json& doc, VocabSpec* spec) {
+  spec->model = VocabModel::kSentencePiece;
+  const Json& norm = doc["normalizer"];
+  const Json& pre = doc["pre_tokenizer"];
+  if (StringField(norm, "type") == "Sequence" && norm.contains("normalizers") &&
+      norm["normalizers"].is_array() && pre.is_null()) {
+    bool prepend = false, replace = false;
+    for (const Json& n : norm["normalizers"]) {
+      if (StringField(n, "type") == "Prepend" &&
+          StringField(n, "prepend") == "\xE2\x96\x81") {
+        prepend = true;
+      } else if (IsSpaceReplace(n)) {
+        replace = true;
+      } else {
+        return absl::UnimplementedError(
+            absl::StrCat("unsupported normalizer step ", Dump(n)));
+      }
+    }
+    if (!replace) {
+      return absl::UnimplementedError("SentencePiece normalizer lacks ' ' -> '▁'");
+    }
+    spec->add_space_prefix = prepend;
+    return absl::OkStatus();
+  }
+  if (norm.is_null() && StringField(pre, "type") == "Metaspace" &&
+      StringField(pre, "replacement") == "\xE2\x96\x81" && !BoolField(pre, "split")) {
+    std::string scheme = StringField(pre, "prepend_scheme");
+    if (scheme.empty()) scheme = BoolField(pre, "add_prefix_space") ? "always" : "never";
+    if (scheme != "first" && scheme != "always" && scheme != "never") {
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported Metaspace prepend_scheme '", scheme, "'"));
+    }
+    spec->add_space_prefix = scheme != "never";
+    spec->space_prefix_after_special = scheme == "always";
+    spec->space_prefix_unless_space = true;
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "unsupported SentencePiece-style tokenizer.json: normalizer ", Dump(norm),
+      ", pre_tokenizer ", Dump(pre)));
+}
+
+// Merge priorities as SentencePiece scores: the piece made by merge r
+// scores -r (its first merge); pieces no merge makes are never merged into.
+void ScoresFromMerges(VocabSpec* spec) {
+  absl::flat_hash_map<std::string, int32_t> ids;
+  for (size_t id = 0; id < spec->tokens.size(); ++id) {
+    if (spec->types[id] == TokenType::kNormal) {
+      ids.emplace(spec->tokens[id], static_cast<int32_t>(id));
+    }
+  }
+  spec->scores.assign(spec->tokens.size(),
+                      -std::numeric_limits<float>::infinity());
+  for (size_t r = 0; r < spec->merges.size(); ++r) {
+    auto it = ids.find(spec->merges[r].first + spec->merges[r].second);
+    if (it != ids.end() &&
+        spec->scores[it->second] == -std::numeric_limits<float>::infinity()) {
+      spec->scores[it->second] = -static_cast<float>(r);
+    }
+  }
+}
+
 // A post_processor (TemplateProcessing, alone or in a Sequence) whose
 // single-sequence template starts with a special token prepends BOS.
 void ApplyPostProcessor(const Json& post, VocabSpec* spec) {
@@ -217,29 +306,30 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
         "tokenizer.json model type '", StringField(model, "type"),
         "' is not supported (supported: BPE)"));
   }
-  if (BoolField(model, "byte_fallback")) {
-    return absl::UnimplementedError(
-        "tokenizer.json BPE with byte_fallback (SentencePiece-style) is not "
-        "supported; use the model's GGUF file");
-  }
   VocabSpec spec;
-  spec.model = VocabModel::kByteLevelBpe;
-  const Json& norm = doc["normalizer"];
-  if (norm.is_object() && StringField(norm, "type") == "NFC") {
-    spec.nfc = true;
-  } else if (!norm.is_null()) {
-    return absl::UnimplementedError(
-        absl::StrCat("unsupported normalizer ", Dump(norm)));
+  const bool spm = BoolField(model, "byte_fallback");
+  if (absl::Status s = spm ? ConfigureSentencePiece(doc, &spec)
+                           : ConfigureByteLevel(doc, &spec);
+      !s.ok()) {
+    return s;
   }
-  auto pre = PreTokenizerOf(doc["pre_tokenizer"]);
-  if (!pre.ok()) return pre.status();
-  spec.pre = *pre;
   spec.ignore_merges = BoolField(model, "ignore_merges");
   if (absl::Status s = ReadVocab(model["vocab"], doc["added_tokens"], &spec);
       !s.ok()) {
     return s;
   }
   if (absl::Status s = ReadMerges(model["merges"], &spec); !s.ok()) return s;
+  if (spm) {
+    ScoresFromMerges(&spec);
+    const std::string unk = StringField(model, "unk_token");
+    for (size_t id = 0; id < spec.tokens.size() && !unk.empty(); ++id) {
+      if (spec.tokens[id] == unk) {
+        spec.unk = static_cast<int32_t>(id);
+        spec.types[id] = TokenType::kUnknown;
+        break;
+      }
+    }
+  }
   ApplyPostProcessor(doc["post_processor"], &spec);
   if (!config_json.empty()) {
     Json cfg = Json::parse(config_json.begin(), config_json.end(), nullptr, false);

@@ -18,9 +18,12 @@ class GgufFile;
 // tokenizer.ggml.pre) or llama (SentencePiece); Unimplemented otherwise.
 absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& file);
 
-// A tokenizer.json document (BPE model; ByteLevel / Split+ByteLevel /
-// Digits+ByteLevel pre-tokenizers with the known regexes; NFC or no
-// normaliser). A TemplateProcessing post-processor that starts with a
+// A tokenizer.json document with a BPE model: byte-level (ByteLevel /
+// Split+ByteLevel / Digits+ByteLevel pre-tokenizers with the known regexes;
+// NFC or no normaliser), or SentencePiece-style with byte_fallback (Metaspace
+// pre-tokenizer, or the legacy Prepend("▁") + Replace(" ", "▁") normaliser;
+// merge ranks become piece scores). Anything else is Unimplemented, naming
+// the part. A TemplateProcessing post-processor that starts with a
 // special token sets bos and add_bos. `config_json` is tokenizer_config.json's
 // text or empty; its bos_token, eos_token, add_bos_token and chat_template
 // take precedence.

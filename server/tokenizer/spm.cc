@@ -1,6 +1,7 @@
 #include "server/tokenizer/spm.h"
 
 #include <array>
+#include <limits>
 #include <queue>
 #include <vector>
 
@@ -36,7 +37,9 @@ class SentencePieceBpe : public VocabTokenizer {
       : VocabTokenizer(spec, std::move(token_bytes)),
         scores_(spec.scores),
         unk_(spec.unk),
-        add_space_prefix_(spec.add_space_prefix) {
+        add_space_prefix_(spec.add_space_prefix),
+        prefix_after_special_(spec.space_prefix_after_special),
+        prefix_unless_space_(spec.space_prefix_unless_space) {
     byte_ids_.fill(-1);
     for (size_t id = 0; id < spec.tokens.size(); ++id) {
       const TokenType t = spec.types[id];
@@ -54,7 +57,7 @@ class SentencePieceBpe : public VocabTokenizer {
   }
 
  protected:
-  void EncodeSegment(std::string_view text, bool at_boundary,
+  void EncodeSegment(std::string_view text, bool at_start, bool after_special,
                      std::vector<int32_t>* out) const override;
 
  private:
@@ -66,15 +69,23 @@ class SentencePieceBpe : public VocabTokenizer {
   std::vector<float> scores_;
   int32_t unk_;
   bool add_space_prefix_;
+  bool prefix_after_special_;
+  bool prefix_unless_space_;
   std::array<int32_t, 256> byte_ids_;
   absl::flat_hash_map<std::string, int32_t> pieces_;
 };
 
-void SentencePieceBpe::EncodeSegment(std::string_view text, bool at_boundary,
+void SentencePieceBpe::EncodeSegment(std::string_view text, bool at_start,
+                                     bool after_special,
                                      std::vector<int32_t>* out) const {
   std::string norm;
   norm.reserve(text.size() * 2 + 3);
-  if (add_space_prefix_ && at_boundary) norm += kSpaceMark;
+  const bool starts_with_space =
+      !text.empty() && (text[0] == ' ' || text.substr(0, 3) == kSpaceMark);
+  if (add_space_prefix_ && (at_start || (after_special && prefix_after_special_)) &&
+      !(prefix_unless_space_ && starts_with_space)) {
+    norm += kSpaceMark;
+  }
   for (char c : text) {
     if (c == ' ') {
       norm += kSpaceMark;
@@ -114,7 +125,10 @@ void SentencePieceBpe::EncodeSegment(std::string_view text, bool at_boundary,
     const std::string_view s(norm.data() + syms[l].begin,
                              syms[l].len + syms[r].len);
     const int32_t id = PieceId(s);
-    if (id < 0 || static_cast<size_t>(id) >= scores_.size()) return;
+    if (id < 0 || static_cast<size_t>(id) >= scores_.size() ||
+        scores_[id] == -std::numeric_limits<float>::infinity()) {
+      return;  // not a piece any merge produces
+    }
     queue.push({scores_[id], l, r, static_cast<uint32_t>(s.size())});
   };
   for (size_t i = 1; i < syms.size(); ++i) try_add(i - 1, i);

@@ -25,9 +25,11 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Loads from whatever `path` is: a GGUF file (vocabulary in its metadata;
-  // vocabulary-only files work), a Hugging Face folder or tokenizer.json (the
+  // vocabulary-only files work), a Hugging Face folder or tokenizer.json
+  // (byte-level BPE or SentencePiece-style BPE with byte fallback; the
   // tokenizer_config.json beside it supplies the chat template, BOS/EOS and
-  // add_bos), or a llama2.c tokenizer.bin.
+  // add_bos), or a llama2.c tokenizer.bin. Unsupported variants are
+  // Unimplemented errors naming what is unsupported.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 

@@ -109,11 +109,11 @@ absl::StatusOr<std::vector<int32_t>> VocabTokenizer::Encode(
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (!parse_special) {
-    if (!text.empty()) EncodeSegment(text, /*at_boundary=*/true, &out);
+    if (!text.empty()) EncodeSegment(text, /*at_start=*/true, false, &out);
     return out;
   }
   size_t start = 0;
-  bool at_boundary = true;
+  bool after_special = false;
   for (size_t pos = 0; pos < text.size();) {
     const int32_t id = special_first_byte_[static_cast<uint8_t>(text[pos])]
                            ? MatchSpecial(text, pos)
@@ -123,15 +123,16 @@ absl::StatusOr<std::vector<int32_t>> VocabTokenizer::Encode(
       continue;
     }
     if (pos > start) {
-      EncodeSegment(text.substr(start, pos - start), at_boundary, &out);
+      EncodeSegment(text.substr(start, pos - start), start == 0, after_special,
+                    &out);
     }
     out.push_back(id);
-    at_boundary = true;
+    after_special = true;
     pos += token_bytes_[id].size();
     start = pos;
   }
   if (start < text.size()) {
-    EncodeSegment(text.substr(start), at_boundary, &out);
+    EncodeSegment(text.substr(start), start == 0, after_special, &out);
   }
   return out;
 }

@@ -49,7 +49,13 @@ struct VocabSpec {
   bool ignore_merges = false;  // a piece that is a token maps straight to it
   int32_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;
   bool add_bos = false;
+  // kSentencePiece: prepend "▁" to the text (GGUF add_space_prefix) ...
   bool add_space_prefix = false;
+  // ... and to the text after each parsed special token (llama.cpp, HF
+  // Prepend normaliser; false for HF Metaspace prepend_scheme "first") ...
+  bool space_prefix_after_special = true;
+  // ... unless the segment already starts with a space (HF Metaspace).
+  bool space_prefix_unless_space = false;
   std::string chat_template;
 };
 
@@ -81,9 +87,11 @@ class VocabTokenizer : public Tokenizer {
   // Takes the common fields; `token_bytes` are the decoded bytes per id.
   VocabTokenizer(const VocabSpec& spec, std::vector<std::string> token_bytes);
 
-  // Appends the ids of plain-text `text` (valid UTF-8). `at_boundary`: the
-  // segment starts the text or follows a parsed special token.
-  virtual void EncodeSegment(std::string_view text, bool at_boundary,
+  // Appends the ids of plain-text `text` (valid UTF-8). `at_start`: the
+  // segment starts the text; `after_special`: it follows a parsed special
+  // token.
+  virtual void EncodeSegment(std::string_view text, bool at_start,
+                             bool after_special,
                              std::vector<int32_t>* out) const = 0;
 
   const std::vector<TokenType>& types() const { return types_; }

@@ -2,6 +2,8 @@
 // tests/tools/tokenizer_gen_fixtures.py): PyPI `tokenizers` on Qwen3's
 // tokenizer.json, transformers on SmolLM2's GGUF vocabulary, llama2.c's
 // encode() on stories260K's tok512.bin.
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,62 @@ TEST(TokenizerReferenceTest, Stories260KTok512) {
   const auto cases = ReadFixture("tok512_reference.json");
   ExpectMatches(**tok, cases);
   ExpectRoundTrip(**tok, cases);
+}
+
+// A Hugging Face SentencePiece-style tokenizer.json (Metaspace "first", BPE
+// with byte_fallback) against the PyPI `tokenizers` package. The reference
+// always splits added tokens, so parse_special is on.
+TEST(TokenizerReferenceTest, HfSentencePieceJson) {
+  auto tok = Tokenizer::Load(std::string(PDSERVE_TESTDATA_DIR) +
+                             "/tokenizer/tok512_tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 512);
+  EXPECT_EQ((*tok)->bos_id(), 1);
+  EXPECT_TRUE((*tok)->add_bos());
+  EXPECT_TRUE((*tok)->add_space_prefix());
+  const auto cases = ReadFixture("hf_spm_reference.json");
+  ASSERT_GE(cases.size(), 20u);
+  for (const Case& c : cases) {
+    auto ids = (*tok)->Encode(c.text, /*parse_special=*/true);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, c.ids) << "text: '" << c.text << "'";
+    if (c.text.empty() || c.text[0] != ' ') {
+      EXPECT_EQ((*tok)->Decode(c.ids), c.text);
+    }
+  }
+}
+
+// The same vocabulary through the legacy normaliser form (Prepend "▁" +
+// Replace " " -> "▁", no pre-tokenizer) equals llama2.c's tok512.bin path
+// (scores from the file rather than from merge ranks) on random text, with
+// special-token parsing on and off.
+TEST(TokenizerReferenceTest, HfLegacySentencePieceJsonEqualsTokenizerBin) {
+  const std::string bin = testing::SharedDir() + "/models/stories260K/tok512.bin";
+  if (!Exists(bin)) GTEST_SKIP() << bin << " absent";
+  auto doc = nlohmann::json::parse(ReadAll(std::string(PDSERVE_TESTDATA_DIR) +
+                                           "/tokenizer/tok512_tokenizer.json"));
+  doc["pre_tokenizer"] = nullptr;
+  doc["normalizer"] = nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [
+      {"type": "Prepend", "prepend": "\u2581"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]})");
+  const std::string path = ::testing::TempDir() + "/legacy_tokenizer.json";
+  {
+    std::ofstream out(path);
+    out << doc.dump();
+  }
+  auto json = Tokenizer::Load(path);
+  auto file = Tokenizer::Load(bin);
+  ASSERT_TRUE(json.ok()) << json.status();
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::mt19937 rng(21);
+  for (int i = 0; i < 300; ++i) {
+    std::string text = testing::RandomText(rng, 30);
+    if (i % 3 == 0) text += "</s> Once upon a time<s>";
+    for (bool special : {false, true}) {
+      EXPECT_EQ(*(*json)->Encode(text, special), *(*file)->Encode(text, special))
+          << text;
+    }
+  }
 }
 
 // Pieces from the `regex` package running each family's reference regex.

@@ -19,6 +19,11 @@ Writes (small JSON files, committed; CI never runs this script):
   pretokenizer_reference.json  pieces from the `regex` package (which has
                           \p{L} / \p{N}) running each family's reference regex
                           on random mixed-script strings
+  tok512_tokenizer.json   stories260K's vocabulary as a Hugging Face
+                          SentencePiece-style tokenizer.json (Metaspace, BPE
+                          with byte_fallback), made by transformers' GGUF
+                          converter from a GGUF written with the gguf package
+  hf_spm_reference.json   ids from the PyPI `tokenizers` on that file
   nfc_reference.json      unicodedata.normalize('NFC', s) of random strings
                           rich in combining marks, jamo, singletons, exclusions
 Every ids case is {"text": ..., "ids": [...]} with no BOS.
@@ -180,6 +185,55 @@ def nfc():
     write('nfc_reference.json', cases)
 
 
+def tok512_hf(shared):
+    import tempfile
+    import gguf
+    import numpy as np
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+    vocab, scores = load_llama2c(os.path.join(shared, 'models', 'stories260K', 'tok512.bin'))
+    tokens, types = [], []
+    for t in vocab:
+        if t == b'\n<s>\n':
+            tokens.append('<s>'), types.append(3)
+        elif t == b'\n</s>\n':
+            tokens.append('</s>'), types.append(3)
+        elif t == b'<unk>':
+            tokens.append('<unk>'), types.append(2)
+        elif t.startswith(b'<0x') and len(t) == 6:
+            tokens.append(t.decode()), types.append(6)
+        else:
+            tokens.append(t.decode().replace(' ', '\u2581')), types.append(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        w = gguf.GGUFWriter(os.path.join(tmp, 'tok512.gguf'), 'llama')
+        w.add_tokenizer_model('llama')
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_block_count(1)
+        w.add_context_length(512)
+        w.add_embedding_length(64)
+        w.add_head_count(8)
+        w.add_feed_forward_length(172)
+        w.add_tensor('token_embd.weight', np.zeros((512, 64), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        hf = AutoTokenizer.from_pretrained(tmp, gguf_file='tok512.gguf')
+        path = os.path.join(OUT, 'tok512_tokenizer.json')
+        hf.backend_tokenizer.save(path)
+    print(path)
+    tok = Tokenizer.from_file(path)
+    texts = [t for t in TEXTS if len(t) < 200] + random_texts(10, 6) + [
+        ' hello', '  hello', '<s>hello', 'a<s>hello', 'a</s> b', 'x<unk>y']
+    write('hf_spm_reference.json',
+          [{'text': t, 'ids': tok.encode(t, add_special_tokens=False).ids} for t in texts])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--shared', default=os.path.join(HERE, '..', '..', '..', 'shared'))
@@ -193,6 +247,7 @@ def main():
     qwen3(args.shared)
     smollm2(args.smollm2)
     tok512(args.shared)
+    tok512_hf(args.shared)
 
 
 if __name__ == '__main__':
