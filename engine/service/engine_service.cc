@@ -15,7 +15,7 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
   s.min_p = p.min_p();
   s.repetition_penalty =
       p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  s.seed = p.has_seed() ? p.seed() : 0;
+  s.seed = p.seed();
   return s;
 }
 

@@ -1,0 +1,206 @@
+#include "tests/integration/serve_harness.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proto/rpc_util.h"
+
+namespace pdserve::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A port the kernel just handed out (bound and released: serve binds it
+// again right after).
+int FreePortGuess() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+std::string PdserveBinary() {
+  return std::string(PDSERVE_BINARY_DIR) + "/server/cli/pdserve";
+}
+
+std::string Stories260K() {
+  std::string p = std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  return std::filesystem::exists(p) ? p : "";
+}
+
+std::string Stories260KTokenizer() {
+  return std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/tok512.bin";
+}
+
+std::string SmolLm2() {
+  const char* cache = std::getenv("PDSERVE_CACHE");
+  const char* home = std::getenv("HOME");
+  std::string dir = cache != nullptr ? cache
+                                     : std::string(home ? home : "") + "/.cache/pdserve";
+  std::string p = dir + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return std::filesystem::exists(p) ? p : "";
+}
+
+absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
+    const std::vector<std::string>& args, int timeout_s) {
+  auto inst = std::unique_ptr<ServeInstance>(new ServeInstance());
+  const int port = FreePortGuess();
+  const std::string base = std::filesystem::temp_directory_path() /
+                           absl::StrCat("pdserve-it-", getpid(), "-", port);
+  inst->out_path_ = base + ".out";
+  inst->err_path_ = base + ".err";
+  std::vector<std::string> argv = {PdserveBinary(), "serve", "--port",
+                                   absl::StrCat(port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(inst->out_path_.c_str(), "w", stdout);
+    std::freopen(inst->err_path_.c_str(), "w", stderr);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  inst->pid_ = pid;
+  inst->target_ = absl::StrCat("127.0.0.1:", port);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      inst->pid_ = -1;
+      return absl::InternalError(absl::StrCat(
+          "pdserve serve exited early:\n", ReadAll(inst->err_path_)));
+    }
+    const std::string out = ReadAll(inst->out_path_);
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      std::vector<std::string> f =
+          absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (f.size() >= 4 && f[0] == "engine" && f[1] == "pid") {
+        inst->engine_pid_ = std::atoi(f[2].c_str());
+        inst->engine_target_ = f[3];
+        return inst;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "pdserve serve not ready after ", timeout_s, " s:\n", ReadAll(inst->err_path_)));
+}
+
+ServeInstance::~ServeInstance() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool reaped = false;
+    while (!reaped && std::chrono::steady_clock::now() < deadline) {
+      reaped = waitpid(pid_, nullptr, WNOHANG) == pid_;
+      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!reaped) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::remove(out_path_.c_str());
+  std::remove(err_path_.c_str());
+}
+
+int ServeInstance::WaitExit(int timeout_s) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+std::string ServeInstance::log() const { return ReadAll(err_path_); }
+
+std::unique_ptr<v1::Inference::Stub> ServeInstance::Client() const {
+  return v1::Inference::NewStub(rpc::MakeChannel(target_));
+}
+
+std::unique_ptr<v1::Engine::Stub> ServeInstance::EngineClient() const {
+  return v1::Engine::NewStub(rpc::MakeChannel(engine_target_));
+}
+
+GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& req) {
+  GenerateResult r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_delta()) {
+      ++r.deltas;
+      r.text += resp.delta().text();
+      r.token_ids.insert(r.token_ids.end(), resp.delta().token_ids().begin(),
+                         resp.delta().token_ids().end());
+    } else if (resp.has_final()) {
+      r.final = resp.final();
+    }
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+absl::StatusOr<std::string> RunCommand(const std::string& command) {
+  FILE* p = popen((command + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return absl::InternalError("popen failed: " + command);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  if (status != 0) {
+    return absl::InternalError(absl::StrCat("'", command, "' exited with ", status));
+  }
+  return out;
+}
+
+std::vector<int32_t> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view t : absl::StrSplit(text, absl::ByAnyChar(" \n,"),
+                                            absl::SkipEmpty())) {
+    ids.push_back(std::atoi(std::string(t).c_str()));
+  }
+  return ids;
+}
+
+}  // namespace pdserve::testing

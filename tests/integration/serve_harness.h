@@ -1,0 +1,75 @@
+// Test harness for the integration suites: starts `pdserve serve` (three
+// real processes on free loopback ports), parses its ready summary, and
+// offers small clients for the public and internal APIs.
+#ifndef PDSERVE_TESTS_INTEGRATION_SERVE_HARNESS_H_
+#define PDSERVE_TESTS_INTEGRATION_SERVE_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "pdserve/v1/api.grpc.pb.h"
+#include "pdserve/v1/engine.grpc.pb.h"
+
+namespace pdserve::testing {
+
+// Path of the pdserve binary in this build.
+std::string PdserveBinary();
+// Shared stories260K model files ("" when ../shared is absent).
+std::string Stories260K();
+std::string Stories260KTokenizer();
+// The SmolLM2 GGUF in $PDSERVE_CACHE or ~/.cache/pdserve ("" when absent).
+std::string SmolLm2();
+
+// A running `pdserve serve`. The destructor sends SIGTERM and reaps it.
+class ServeInstance {
+ public:
+  // Starts serve with `args` (after "serve"); waits up to `timeout_s` for
+  // its ready summary.
+  static absl::StatusOr<std::unique_ptr<ServeInstance>> Start(
+      const std::vector<std::string>& args, int timeout_s = 120);
+  ~ServeInstance();
+
+  const std::string& target() const { return target_; }
+  const std::string& engine_target() const { return engine_target_; }
+  pid_t engine_pid() const { return engine_pid_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;  // serve's stderr so far
+  // Waits for serve to exit by itself (after a signal the test sent);
+  // returns its wait status, or -1 after `timeout_s`.
+  int WaitExit(int timeout_s);
+
+  std::unique_ptr<v1::Inference::Stub> Client() const;
+  std::unique_ptr<v1::Engine::Stub> EngineClient() const;
+
+ private:
+  pid_t pid_ = -1;
+  pid_t engine_pid_ = -1;
+  std::string target_, engine_target_;
+  std::string out_path_, err_path_;
+};
+
+// The outcome of one Generate call.
+struct GenerateResult {
+  grpc::Status status;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  v1::Final final;
+  int deltas = 0;
+};
+GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& req);
+
+// Runs a shell command; returns its stdout (stderr discarded) or an error
+// with the exit status.
+absl::StatusOr<std::string> RunCommand(const std::string& command);
+
+// Parses "1 2 3\n" into ids.
+std::vector<int32_t> ParseIds(const std::string& text);
+
+}  // namespace pdserve::testing
+
+#endif  // PDSERVE_TESTS_INTEGRATION_SERVE_HARNESS_H_
