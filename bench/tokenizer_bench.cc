@@ -34,10 +34,14 @@ int main(int argc, char** argv) {
   std::string tokenizer_path, corpus_path, ids_out;
   int iters = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tokenizer")) tokenizer_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--corpus")) corpus_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--ids-out")) ids_out = argv[i + 1];
+    if (!std::strcmp(argv[i], "--tokenizer"))
+      tokenizer_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--corpus"))
+      corpus_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--ids-out"))
+      ids_out = argv[i + 1];
   }
   if (tokenizer_path.empty() || corpus_path.empty()) {
     std::fprintf(stderr,
@@ -50,7 +54,8 @@ int main(int argc, char** argv) {
   ss << in.rdbuf();
   const auto docs_json = nlohmann::json::parse(ss.str(), nullptr, false);
   if (!docs_json.is_array()) {
-    std::fprintf(stderr, "%s is not a JSON array of strings\n", corpus_path.c_str());
+    std::fprintf(stderr, "%s is not a JSON array of strings\n",
+                 corpus_path.c_str());
     return 2;
   }
   std::vector<std::string> docs;
@@ -80,7 +85,8 @@ int main(int argc, char** argv) {
       }
       ids.insert(ids.end(), r->begin(), r->end());
     }
-    (i == 0 ? cold : warm).push_back(Seconds(a, std::chrono::steady_clock::now()));
+    (i == 0 ? cold : warm)
+        .push_back(Seconds(a, std::chrono::steady_clock::now()));
   }
   for (int i = 0; i < iters; ++i) {
     const auto a = std::chrono::steady_clock::now();

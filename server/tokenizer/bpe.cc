@@ -41,8 +41,8 @@ const ByteMap& Bytes() {
 
 constexpr uint64_t kNoMerge = std::numeric_limits<uint64_t>::max();
 constexpr size_t kCacheCapacity = 1 << 16;  // words
-constexpr size_t kCacheMaxWordBytes = 256;    // longer words are not cached
-constexpr size_t kHeapThreshold = 48;  // symbols; above it use the heap
+constexpr size_t kCacheMaxWordBytes = 256;  // longer words are not cached
+constexpr size_t kHeapThreshold = 48;       // symbols; above it use the heap
 
 class ByteLevelBpe : public VocabTokenizer {
  public:
@@ -61,8 +61,9 @@ class ByteLevelBpe : public VocabTokenizer {
  private:
   // (rank << 32 | merged id) of the pair, or kNoMerge.
   uint64_t PairValue(int32_t a, int32_t b) const {
-    auto it = merges_.find(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 |
-                           static_cast<uint32_t>(b));
+    auto it =
+        merges_.find(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 |
+                     static_cast<uint32_t>(b));
     return it == merges_.end() ? kNoMerge : it->second;
   }
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out) const;
@@ -109,15 +110,15 @@ absl::Status ByteLevelBpe::Init(const VocabSpec& spec) {
       ++unusable;
       continue;
     }
-    merges_.emplace(static_cast<uint64_t>(a->second) << 32 |
-                        static_cast<uint32_t>(b->second),
-                    static_cast<uint64_t>(rank) << 32 |
-                        static_cast<uint32_t>(m->second));
+    merges_.emplace(
+        static_cast<uint64_t>(a->second) << 32 |
+            static_cast<uint32_t>(b->second),
+        static_cast<uint64_t>(rank) << 32 | static_cast<uint32_t>(m->second));
   }
   if (!spec.merges.empty() && unusable * 2 > spec.merges.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        unusable, " of ", spec.merges.size(),
-        " merges name tokens that are not in the vocabulary"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(unusable, " of ", spec.merges.size(),
+                     " merges name tokens that are not in the vocabulary"));
   }
   return absl::OkStatus();
 }
@@ -289,7 +290,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildByteLevelBpeTokenizer(
                      t == TokenType::kUnknown;
     bytes[id] = raw ? spec.tokens[id] : ByteLevelDecode(spec.tokens[id]);
   }
-  auto tok = std::unique_ptr<ByteLevelBpe>(new ByteLevelBpe(spec, std::move(bytes)));
+  auto tok =
+      std::unique_ptr<ByteLevelBpe>(new ByteLevelBpe(spec, std::move(bytes)));
   if (absl::Status s = tok->Init(spec); !s.ok()) return s;
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }

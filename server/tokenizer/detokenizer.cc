@@ -46,8 +46,8 @@ void Detokenizer::DrainBytes(bool at_end) {
       continue;
     }
     const uint8_t lead = static_cast<uint8_t>(bytes_[pos]);
-    const bool may_complete = lead >= 0xC2 && lead <= 0xF4 &&
-                              pos + subpart == bytes_.size();
+    const bool may_complete =
+        lead >= 0xC2 && lead <= 0xF4 && pos + subpart == bytes_.size();
     if (may_complete && !at_end) break;  // wait for the next token
     held_ += "\xEF\xBF\xBD";
     pos += subpart;
@@ -76,7 +76,8 @@ std::string Detokenizer::Release(bool at_end) {
   size_t keep = 0;
   if (!at_end) {
     // Longest suffix of held_ that is a proper prefix of a stop string.
-    const size_t limit = std::min(held_.size(), max_stop_len_ == 0 ? 0 : max_stop_len_ - 1);
+    const size_t limit =
+        std::min(held_.size(), max_stop_len_ == 0 ? 0 : max_stop_len_ - 1);
     for (size_t k = limit; k > 0 && keep == 0; --k) {
       const std::string_view tail(held_.data() + held_.size() - k, k);
       for (const std::string& s : options_.stop_strings) {

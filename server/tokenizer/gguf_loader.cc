@@ -1,9 +1,9 @@
 // GGUF vocabulary loading and Tokenizer::Load / FromGguf.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <system_error>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "engine/formats/gguf.h"
@@ -50,7 +50,7 @@ absl::Status ReadTypes(const GgufFile& f, VocabSpec* spec) {
   spec->types.reserve(spec->tokens.size());
   for (int64_t t : **types) {
     spec->types.push_back(t >= 0 && t <= 6 ? static_cast<TokenType>(t)
-                                          : TokenType::kNormal);
+                                           : TokenType::kNormal);
   }
   return absl::OkStatus();
 }
@@ -69,8 +69,9 @@ absl::Status ReadSpecialIds(const GgufFile& f, VocabSpec* spec) {
     auto v = IntOr(f, k.key, -1);
     if (!v.ok()) return v.status();
     if (*v < -1 || *v >= n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.path(), ": ", k.key, " = ", *v, " is outside the vocabulary of ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.path(), ": ", k.key, " = ", *v,
+                       " is outside the vocabulary of ", n));
     }
     *k.id = static_cast<int32_t>(*v);
   }
@@ -137,9 +138,9 @@ absl::StatusOr<VocabSpec> VocabFromGguf(const GgufFile& f) {
   } else if (*model == "gpt2") {
     if (absl::Status s = ReadByteLevelBpe(f, &spec); !s.ok()) return s;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        f.path(), ": tokenizer.ggml.model '", *model,
-        "' is not supported (supported: gpt2, llama)"));
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": tokenizer.ggml.model '", *model,
+                     "' is not supported (supported: gpt2, llama)"));
   }
   auto add_bos = BoolOr(f, "tokenizer.ggml.add_bos_token", spec.add_bos);
   if (!add_bos.ok()) return add_bos.status();

@@ -40,13 +40,15 @@ int64_t IntField(const Json& j, const char* key) {
 // model.vocab ({text: id}) plus added_tokens ([{id, content, special}]).
 absl::Status ReadVocab(const Json& vocab, const Json& added, VocabSpec* spec) {
   if (!vocab.is_object()) {
-    return absl::InvalidArgumentError("tokenizer.json model.vocab is not an object");
+    return absl::InvalidArgumentError(
+        "tokenizer.json model.vocab is not an object");
   }
   int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer.json vocab entry '", it.key(), "' has id ", Dump(it.value())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer.json vocab entry '", it.key(), "' has id ",
+                       Dump(it.value())));
     }
     max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
   }
@@ -79,7 +81,8 @@ absl::Status ReadVocab(const Json& vocab, const Json& added, VocabSpec* spec) {
 // model.merges: ["a b", ...] or [["a", "b"], ...].
 absl::Status ReadMerges(const Json& merges, VocabSpec* spec) {
   if (!merges.is_array()) {
-    return absl::InvalidArgumentError("tokenizer.json model.merges is not an array");
+    return absl::InvalidArgumentError(
+        "tokenizer.json model.merges is not an array");
   }
   spec->merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -94,7 +97,8 @@ absl::Status ReadMerges(const Json& merges, VocabSpec* spec) {
       spec->merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
                m[1].is_string()) {
-      spec->merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      spec->merges.emplace_back(m[0].get<std::string>(),
+                                m[1].get<std::string>());
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("merge ", i, " is malformed: ", Dump(m)));
@@ -117,16 +121,17 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Json& pre) {
       pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
     const Json& a = pre["pretokenizers"][0];
     const Json& b = pre["pretokenizers"][1];
-    if (StringField(a, "type") == "Digits" && BoolField(a, "individual_digits") &&
-        IsByteLevel(b, true)) {
+    if (StringField(a, "type") == "Digits" &&
+        BoolField(a, "individual_digits") && IsByteLevel(b, true)) {
       return PreTokenizerKind::kSmolLM;
     }
     if (StringField(a, "type") == "Split" && IsByteLevel(b, false) &&
         StringField(a, "behavior") == "Isolated" && !BoolField(a, "invert") &&
         a.contains("pattern")) {
       const std::string regex = StringField(a["pattern"], "Regex");
-      for (PreTokenizerKind k : {PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
-                                 PreTokenizerKind::kGpt2}) {
+      for (PreTokenizerKind k :
+           {PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
+            PreTokenizerKind::kGpt2}) {
         if (regex == PreTokenizerRegex(k)) return k;
       }
       return absl::UnimplementedError(
@@ -190,15 +195,18 @@ absl::Status ConfigureSentencePiece(Json& doc, VocabSpec* spec) {
       }
     }
     if (!replace) {
-      return absl::UnimplementedError("SentencePiece normalizer lacks ' ' -> '▁'");
+      return absl::UnimplementedError(
+          "SentencePiece normalizer lacks ' ' -> '▁'");
     }
     spec->add_space_prefix = prepend;
     return absl::OkStatus();
   }
   if (norm.is_null() && StringField(pre, "type") == "Metaspace" &&
-      StringField(pre, "replacement") == "\xE2\x96\x81" && !BoolField(pre, "split")) {
+      StringField(pre, "replacement") == "\xE2\x96\x81" &&
+      !BoolField(pre, "split")) {
     std::string scheme = StringField(pre, "prepend_scheme");
-    if (scheme.empty()) scheme = BoolField(pre, "add_prefix_space") ? "always" : "never";
+    if (scheme.empty())
+      scheme = BoolField(pre, "add_prefix_space") ? "always" : "never";
     if (scheme != "first" && scheme != "always" && scheme != "never") {
       return absl::UnimplementedError(
           absl::StrCat("unsupported Metaspace prepend_scheme '", scheme, "'"));
@@ -239,8 +247,8 @@ void ApplyPostProcessor(const Json& post, VocabSpec* spec) {
   const Json* tp = nullptr;
   if (StringField(post, "type") == "TemplateProcessing") {
     tp = &post;
-  } else if (StringField(post, "type") == "Sequence" && post.contains("processors") &&
-             post["processors"].is_array()) {
+  } else if (StringField(post, "type") == "Sequence" &&
+             post.contains("processors") && post["processors"].is_array()) {
     for (const Json& p : post["processors"]) {
       if (StringField(p, "type") == "TemplateProcessing") tp = &p;
     }
@@ -302,9 +310,9 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
   }
   Json& model = doc["model"];
   if (!model.is_object() || StringField(model, "type") != "BPE") {
-    return absl::UnimplementedError(absl::StrCat(
-        "tokenizer.json model type '", StringField(model, "type"),
-        "' is not supported (supported: BPE)"));
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer.json model type '", StringField(model, "type"),
+                     "' is not supported (supported: BPE)"));
   }
   VocabSpec spec;
   const bool spm = BoolField(model, "byte_fallback");
@@ -332,9 +340,11 @@ absl::StatusOr<VocabSpec> VocabFromHfJson(std::string_view tokenizer_json,
   }
   ApplyPostProcessor(doc["post_processor"], &spec);
   if (!config_json.empty()) {
-    Json cfg = Json::parse(config_json.begin(), config_json.end(), nullptr, false);
+    Json cfg =
+        Json::parse(config_json.begin(), config_json.end(), nullptr, false);
     if (cfg.is_discarded() || !cfg.is_object()) {
-      return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
+      return absl::InvalidArgumentError(
+          "tokenizer_config.json is not a JSON object");
     }
     ApplyConfig(cfg, &spec);
   }
@@ -351,22 +361,23 @@ absl::StatusOr<VocabSpec> VocabFromLlama2c(std::string_view bytes) {
   int32_t max_len;
   std::memcpy(&max_len, bytes.data(), 4);
   if (max_len <= 0 || max_len > (1 << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("llama2.c tokenizer max_token_length ", max_len, " is invalid"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama2.c tokenizer max_token_length ", max_len, " is invalid"));
   }
   size_t pos = 4;
   while (pos < bytes.size()) {
     if (bytes.size() - pos < 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "llama2.c tokenizer truncated at byte offset ", pos, " (token ",
-          spec.tokens.size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("llama2.c tokenizer truncated at byte offset ", pos,
+                       " (token ", spec.tokens.size(), ")"));
     }
     float score;
     int32_t len;
     std::memcpy(&score, bytes.data() + pos, 4);
     std::memcpy(&len, bytes.data() + pos + 4, 4);
     pos += 8;
-    if (len < 0 || len > max_len || static_cast<size_t>(len) > bytes.size() - pos) {
+    if (len < 0 || len > max_len ||
+        static_cast<size_t>(len) > bytes.size() - pos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "llama2.c token ", spec.tokens.size(), " at byte offset ", pos - 4,
           " has length ", len, " (max ", max_len, ", ", bytes.size() - pos,
@@ -391,7 +402,10 @@ absl::StatusOr<VocabSpec> VocabFromLlama2c(std::string_view bytes) {
       // llama2.c stores SentencePiece's "▁" as a plain space.
       std::string marked;
       for (char c : piece) {
-        if (c == ' ') marked += "\xE2\x96\x81"; else marked.push_back(c);
+        if (c == ' ')
+          marked += "\xE2\x96\x81";
+        else
+          marked.push_back(c);
       }
       piece = std::move(marked);
     }

@@ -54,7 +54,8 @@ void Decode(std::string_view text, Decoded* d) {
 // Matches over code points [.., n) of one segment.
 class Matcher {
  public:
-  Matcher(const Decoded& d, size_t n) : cp_(d.cp.data()), fl_(d.fl.data()), n_(n) {}
+  Matcher(const Decoded& d, size_t n)
+      : cp_(d.cp.data()), fl_(d.fl.data()), n_(n) {}
 
   bool L(size_t i) const { return i < n_ && (fl_[i] & kLetter); }
   bool N(size_t i) const { return i < n_ && (fl_[i] & kNumber); }
@@ -63,12 +64,26 @@ class Matcher {
   bool Other(size_t i) const {
     return i < n_ && !(fl_[i] & (kLetter | kNumber | kSpace));
   }
-  bool CrLf(size_t i) const { return i < n_ && (cp_[i] == '\r' || cp_[i] == '\n'); }
+  bool CrLf(size_t i) const {
+    return i < n_ && (cp_[i] == '\r' || cp_[i] == '\n');
+  }
 
-  size_t RunL(size_t i) const { while (L(i)) ++i; return i; }
-  size_t RunN(size_t i) const { while (N(i)) ++i; return i; }
-  size_t RunOther(size_t i) const { while (Other(i)) ++i; return i; }
-  size_t RunS(size_t i) const { while (S(i)) ++i; return i; }
+  size_t RunL(size_t i) const {
+    while (L(i)) ++i;
+    return i;
+  }
+  size_t RunN(size_t i) const {
+    while (N(i)) ++i;
+    return i;
+  }
+  size_t RunOther(size_t i) const {
+    while (Other(i)) ++i;
+    return i;
+  }
+  size_t RunS(size_t i) const {
+    while (S(i)) ++i;
+    return i;
+  }
 
   // 's|'t|'re|'ve|'m|'ll|'d (ASCII case-insensitive when `fold`): the end,
   // or 0 when there is no match.
@@ -82,7 +97,8 @@ class Matcher {
     const uint32_t a = c(i + 1);
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
     const uint32_t b = c(i + 2);
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
+        (a == 'l' && b == 'l')) {
       return i + 3;
     }
     return 0;
@@ -147,9 +163,15 @@ void SplitRange(PreTokenizerKind kind, const Decoded& d, size_t begin,
   while (i < end) {
     size_t e;
     switch (kind) {
-      case PreTokenizerKind::kLlama3: e = m.Llama3(i, 3); break;
-      case PreTokenizerKind::kQwen2: e = m.Llama3(i, 1); break;
-      default: e = m.Gpt2(i); break;
+      case PreTokenizerKind::kLlama3:
+        e = m.Llama3(i, 3);
+        break;
+      case PreTokenizerKind::kQwen2:
+        e = m.Llama3(i, 1);
+        break;
+      default:
+        e = m.Gpt2(i);
+        break;
     }
     pieces->push_back({d.off[i], d.off[e]});
     i = e;
@@ -158,7 +180,8 @@ void SplitRange(PreTokenizerKind kind, const Decoded& d, size_t begin,
 
 }  // namespace
 
-absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(std::string_view name) {
+absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(
+    std::string_view name) {
   if (name == "gpt-2" || name == "gpt2" || name == "default" || name == "mpt" ||
       name == "olmo" || name == "jais") {
     return PreTokenizerKind::kGpt2;
@@ -190,17 +213,22 @@ std::string_view PreTokenizerRegex(PreTokenizerKind kind) {
              "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
              "\\s+(?!\\S)|\\s+";
     default:
-      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| "
+             "?[^\\s\\p{L}\\p{N}]+|"
              "\\s+(?!\\S)|\\s+";
   }
 }
 
 const char* PreTokenizerName(PreTokenizerKind kind) {
   switch (kind) {
-    case PreTokenizerKind::kGpt2: return "gpt-2";
-    case PreTokenizerKind::kLlama3: return "llama-bpe";
-    case PreTokenizerKind::kQwen2: return "qwen2";
-    case PreTokenizerKind::kSmolLM: return "smollm";
+    case PreTokenizerKind::kGpt2:
+      return "gpt-2";
+    case PreTokenizerKind::kLlama3:
+      return "llama-bpe";
+    case PreTokenizerKind::kQwen2:
+      return "qwen2";
+    case PreTokenizerKind::kSmolLM:
+      return "smollm";
   }
   return "?";
 }

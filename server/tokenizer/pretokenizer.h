@@ -31,7 +31,8 @@ enum class PreTokenizerKind {
 // refact/codeshell -> kSmolLM. "default" (or a missing key) -> kGpt2, the
 // Hugging Face ByteLevel regex (llama.cpp uses a punctuation-first variant
 // there). NotFound names unknown values.
-absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(std::string_view name);
+absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(
+    std::string_view name);
 // The reference regex of the kind (for matching tokenizer.json patterns).
 std::string_view PreTokenizerRegex(PreTokenizerKind kind);
 const char* PreTokenizerName(PreTokenizerKind kind);

@@ -23,10 +23,14 @@ int ParseBytePiece(std::string_view s) {
   int v = 0;
   for (char c : s.substr(3, 2)) {
     v <<= 4;
-    if (c >= '0' && c <= '9') v |= c - '0';
-    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      v |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      v |= c - 'a' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -82,7 +86,8 @@ void SentencePieceBpe::EncodeSegment(std::string_view text, bool at_start,
   norm.reserve(text.size() * 2 + 3);
   const bool starts_with_space =
       !text.empty() && (text[0] == ' ' || text.substr(0, 3) == kSpaceMark);
-  if (add_space_prefix_ && (at_start || (after_special && prefix_after_special_)) &&
+  if (add_space_prefix_ &&
+      (at_start || (after_special && prefix_after_special_)) &&
       !(prefix_unless_space_ && starts_with_space)) {
     norm += kSpaceMark;
   }
@@ -169,9 +174,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildSentencePieceTokenizer(
     VocabSpec spec) {
   const size_t n = spec.tokens.size();
   if (spec.scores.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SentencePiece vocabulary has ", n, " tokens but ", spec.scores.size(),
-        " scores"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SentencePiece vocabulary has ", n, " tokens but ",
+                     spec.scores.size(), " scores"));
   }
   std::vector<std::string> bytes(n);
   for (size_t id = 0; id < n; ++id) {
@@ -187,7 +192,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildSentencePieceTokenizer(
       bytes[id] = absl::StrReplaceAll(spec.tokens[id], {{kSpaceMark, " "}});
     }
   }
-  return std::unique_ptr<Tokenizer>(new SentencePieceBpe(spec, std::move(bytes)));
+  return std::unique_ptr<Tokenizer>(
+      new SentencePieceBpe(spec, std::move(bytes)));
 }
 
 }  // namespace pdserve

@@ -30,8 +30,10 @@ class Tokenizer {
   // tokenizer_config.json beside it supplies the chat template, BOS/EOS and
   // add_bos), or a llama2.c tokenizer.bin. Unsupported variants are
   // Unimplemented errors naming what is unsupported.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
+      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(
+      const GgufFile& file);
 
   // Encodes UTF-8 text without BOS. With parse_special, occurrences of the
   // text of special/added tokens ("<|im_end|>", "<think>", "<s>") become

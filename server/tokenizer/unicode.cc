@@ -207,8 +207,8 @@ absl::Status ValidateUtf8(std::string_view text) {
     const int len = ValidSequenceLength(text, pos);
     if (len == 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "invalid UTF-8 at byte offset %d (byte 0x%02X) of %d-byte text",
-          pos, static_cast<uint8_t>(text[pos]), text.size()));
+          "invalid UTF-8 at byte offset %d (byte 0x%02X) of %d-byte text", pos,
+          static_cast<uint8_t>(text[pos]), text.size()));
     }
     pos += len;
   }

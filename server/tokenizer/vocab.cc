@@ -11,7 +11,7 @@ namespace pdserve {
 namespace {
 
 constexpr std::string_view kEndOfTurnTexts[] = {
-    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>",
+    "<|im_end|>", "<|eot_id|>",    "<|eom_id|>",      "<|endoftext|>",
     "<|end|>",    "<end_of_turn>", "<|end_of_text|>",
 };
 
@@ -85,7 +85,8 @@ VocabTokenizer::VocabTokenizer(const VocabSpec& spec,
 
 int32_t VocabTokenizer::MatchSpecial(std::string_view text, size_t pos) const {
   // Two-byte prefixes first (they hold the longer texts), then one byte.
-  for (const uint32_t key : {PrefixKey(text, pos), PrefixKey(text.substr(pos, 1), 0)}) {
+  for (const uint32_t key :
+       {PrefixKey(text, pos), PrefixKey(text.substr(pos, 1), 0)}) {
     auto it = specials_by_prefix_.find(key);
     if (it == specials_by_prefix_.end()) continue;
     for (int32_t id : it->second) {
@@ -178,8 +179,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(VocabSpec spec) {
   }
   if (spec.types.empty()) spec.types.assign(n, TokenType::kNormal);
   if (spec.types.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocabulary has ", n, " tokens but ", spec.types.size(), " token types"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocabulary has ", n, " tokens but ", spec.types.size(),
+                     " token types"));
   }
   for (int32_t* id : {&spec.bos, &spec.eos, &spec.unk, &spec.eot, &spec.eom}) {
     if (*id >= static_cast<int64_t>(n)) {

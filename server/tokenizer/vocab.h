@@ -30,8 +30,8 @@ enum class TokenType : uint8_t {
 };
 
 enum class VocabModel {
-  kByteLevelBpe,  // GGUF "gpt2", tokenizer.json BPE + ByteLevel
-  kSentencePiece, // GGUF "llama", llama2.c tokenizer.bin
+  kByteLevelBpe,   // GGUF "gpt2", tokenizer.json BPE + ByteLevel
+  kSentencePiece,  // GGUF "llama", llama2.c tokenizer.bin
 };
 
 // Everything a tokenizer is built from. Token texts are as the file stores

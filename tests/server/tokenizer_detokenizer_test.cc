@@ -1,12 +1,13 @@
 // Streaming detokenizer: UTF-8-safe deltas, SentencePiece space rules, stop
 // strings across token boundaries, Finish().
+#include "server/tokenizer/tokenizer.h"
+
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/tokenizer/detokenizer.h"
-#include "server/tokenizer/tokenizer.h"
 #include "server/tokenizer/unicode.h"
 #include "tests/server/tokenizer_test_util.h"
 
@@ -52,8 +53,8 @@ TEST(TokenizerDetokenizerTest, RandomIdsConcatenateToTheFullDecode) {
       for (const auto& d : deltas) {
         ASSERT_TRUE(unicode::ValidateUtf8(d).ok()) << path;
       }
-      ASSERT_EQ(Join(deltas),
-                unicode::ReplaceInvalidUtf8(tok->Decode(ids, /*skip_special=*/true)))
+      ASSERT_EQ(Join(deltas), unicode::ReplaceInvalidUtf8(
+                                  tok->Decode(ids, /*skip_special=*/true)))
           << path;
       ++checked;
     }
@@ -81,8 +82,8 @@ TEST(TokenizerDetokenizerTest, EncodedTextStreamsBackUnsplit) {
 }
 
 TEST(TokenizerDetokenizerTest, MultiTokenCharactersWaitUntilComplete) {
-  for (const std::string& path : {testing::VocabTestPath("qwen2"),
-                                  testing::VocabTestPath("llama-spm")}) {
+  for (const std::string& path :
+       {testing::VocabTestPath("qwen2"), testing::VocabTestPath("llama-spm")}) {
     const Tokenizer* tok = LoadCached(path);
     if (tok == nullptr) GTEST_SKIP() << path << " absent";
     auto ids = tok->Encode("\xF0\xA0\x80\x8B");  // U+2000B, 3 or 4 tokens
@@ -140,7 +141,8 @@ TEST(TokenizerDetokenizerTest, FinishReplacesIncompleteBytes) {
 // text held back is no longer than the longest stop string prefix (+3 bytes
 // of an incomplete character).
 TEST(TokenizerDetokenizerTest, StopStringsAcrossTokensAreNeverEmitted) {
-  const std::vector<std::string> stops = {"\nUser:", "</answer>", "停止", "xyzzy"};
+  const std::vector<std::string> stops = {"\nUser:", "</answer>", "停止",
+                                          "xyzzy"};
   int checked = 0;
   for (const std::string& path : VocabPaths()) {
     const Tokenizer* tok = LoadCached(path);
@@ -190,7 +192,7 @@ TEST(TokenizerDetokenizerTest, HoldsOnlyAPossibleStopPrefix) {
     auto ids = tok->Encode(piece);
     ASSERT_TRUE(ids.ok());
     for (int32_t id : *ids) got += d.Feed(id);
-    if (std::string(piece) == "T") EXPECT_EQ(got, "Hello ");   // " ST" held
+    if (std::string(piece) == "T") EXPECT_EQ(got, "Hello ");  // " ST" held
     if (std::string(piece) == "x") EXPECT_EQ(got, "Hello STx");
   }
   EXPECT_EQ(got, "Hello STx ");

@@ -2,8 +2,8 @@
 // special-token parsing on and off, stop ids, load errors.
 #include <fstream>
 #include <random>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -57,8 +57,14 @@ TEST(TokenizerPropertyTest, RandomUnicodeRoundTrips) {
 }
 
 TEST(TokenizerPropertyTest, InvalidUtf8IsAnErrorNamingTheOffset) {
-  const char* kInvalid[] = {"\x80", "\xC0\x80", "\xFF", "\xED\xA0\x80",
-                            "\xE4\xB8" "a", "\xF4\x90\x80\x80", "\xC3"};
+  const char* kInvalid[] = {"\x80",
+                            "\xC0\x80",
+                            "\xFF",
+                            "\xED\xA0\x80",
+                            "\xE4\xB8"
+                            "a",
+                            "\xF4\x90\x80\x80",
+                            "\xC3"};
   int checked = 0;
   for (const Vocab& v : AllVocabs()) {
     const Tokenizer* tok = LoadCached(v.path);
@@ -71,8 +77,9 @@ TEST(TokenizerPropertyTest, InvalidUtf8IsAnErrorNamingTheOffset) {
       for (bool special : {false, true}) {
         auto ids = tok->Encode(text, special);
         ASSERT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
-        EXPECT_THAT(std::string(ids.status().message()),
-                    HasSubstr("byte offset " + std::to_string(head.size()) + " "));
+        EXPECT_THAT(
+            std::string(ids.status().message()),
+            HasSubstr("byte offset " + std::to_string(head.size()) + " "));
       }
       ++checked;
     }
@@ -112,7 +119,8 @@ TEST(TokenizerSpecialTokenTest, Qwen3ParsingOnAndOff) {
   const std::string text = "<|im_start|>user\nhi<think>x</think><|im_end|>";
   auto plain = tok->Encode(text, false);
   ASSERT_TRUE(plain.ok());
-  for (int32_t id : *plain) EXPECT_LT(id, 151643) << "special id from user text";
+  for (int32_t id : *plain)
+    EXPECT_LT(id, 151643) << "special id from user text";
   EXPECT_EQ(tok->Decode(*plain), text);
   auto parsed = tok->Encode(text, true);
   ASSERT_TRUE(parsed.ok());

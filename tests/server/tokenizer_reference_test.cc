@@ -30,8 +30,8 @@ std::vector<Case> ReadFixture(const std::string& name) {
   const auto doc = nlohmann::json::parse(ReadAll(path));
   std::vector<Case> cases;
   for (const auto& c : doc["cases"]) {
-    cases.push_back({c["text"].get<std::string>(),
-                     c["ids"].get<std::vector<int32_t>>()});
+    cases.push_back(
+        {c["text"].get<std::string>(), c["ids"].get<std::vector<int32_t>>()});
   }
   return cases;
 }
@@ -125,12 +125,14 @@ TEST(TokenizerReferenceTest, HfSentencePieceJson) {
 // (scores from the file rather than from merge ranks) on random text, with
 // special-token parsing on and off.
 TEST(TokenizerReferenceTest, HfLegacySentencePieceJsonEqualsTokenizerBin) {
-  const std::string bin = testing::SharedDir() + "/models/stories260K/tok512.bin";
+  const std::string bin =
+      testing::SharedDir() + "/models/stories260K/tok512.bin";
   if (!Exists(bin)) GTEST_SKIP() << bin << " absent";
   auto doc = nlohmann::json::parse(ReadAll(std::string(PDSERVE_TESTDATA_DIR) +
                                            "/tokenizer/tok512_tokenizer.json"));
   doc["pre_tokenizer"] = nullptr;
-  doc["normalizer"] = nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [
+  doc["normalizer"] =
+      nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [
       {"type": "Prepend", "prepend": "\u2581"},
       {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]})");
   const std::string path = ::testing::TempDir() + "/legacy_tokenizer.json";
@@ -147,7 +149,8 @@ TEST(TokenizerReferenceTest, HfLegacySentencePieceJsonEqualsTokenizerBin) {
     std::string text = testing::RandomText(rng, 30);
     if (i % 3 == 0) text += "</s> Once upon a time<s>";
     for (bool special : {false, true}) {
-      EXPECT_EQ(*(*json)->Encode(text, special), *(*file)->Encode(text, special))
+      EXPECT_EQ(*(*json)->Encode(text, special),
+                *(*file)->Encode(text, special))
           << text;
     }
   }
@@ -155,8 +158,8 @@ TEST(TokenizerReferenceTest, HfLegacySentencePieceJsonEqualsTokenizerBin) {
 
 // Pieces from the `regex` package running each family's reference regex.
 TEST(TokenizerReferenceTest, PreTokenizersMatchTheRegexes) {
-  const std::string path =
-      std::string(PDSERVE_TESTDATA_DIR) + "/tokenizer/pretokenizer_reference.json";
+  const std::string path = std::string(PDSERVE_TESTDATA_DIR) +
+                           "/tokenizer/pretokenizer_reference.json";
   const auto doc = nlohmann::json::parse(ReadAll(path));
   ASSERT_GE(doc["cases"].size(), 100u);
   for (const auto& c : doc["cases"]) {
@@ -166,7 +169,8 @@ TEST(TokenizerReferenceTest, PreTokenizersMatchTheRegexes) {
     std::vector<Piece> pieces;
     PreTokenize(*kind, text, &pieces);
     std::vector<std::string> got;
-    for (const Piece& p : pieces) got.push_back(text.substr(p.begin, p.end - p.begin));
+    for (const Piece& p : pieces)
+      got.push_back(text.substr(p.begin, p.end - p.begin));
     EXPECT_EQ(got, c["pieces"].get<std::vector<std::string>>())
         << c["kind"] << " '" << text << "'";
   }

@@ -16,8 +16,8 @@ namespace {
 using ::testing::HasSubstr;
 using Ids = std::vector<int32_t>;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWritten(const GgufWriter& w,
-                                                       const std::string& name) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWritten(
+    const GgufWriter& w, const std::string& name) {
   const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
   if (absl::Status s = w.WriteFile(path); !s.ok()) return s;
   return Tokenizer::Load(path);
@@ -36,11 +36,19 @@ GgufWriter SpmWriter() {
     scores.push_back(0);
   }
   // id 259.. : pieces; higher score merges first.
-  const std::pair<const char*, float> pieces[] = {
-      {"\xE2\x96\x81", -1}, {"h", -2},   {"e", -2},    {"l", -2},
-      {"o", -2},            {"ll", -3},  {"he", -4},   {"hell", -5},
-      {"hello", -6},        {"\xE2\x96\x81hello", -7}, {"w", -2},
-      {"\xE2\x96\x81w", -8}, {"\xE4\xB8\xAD", -2}};
+  const std::pair<const char*, float> pieces[] = {{"\xE2\x96\x81", -1},
+                                                  {"h", -2},
+                                                  {"e", -2},
+                                                  {"l", -2},
+                                                  {"o", -2},
+                                                  {"ll", -3},
+                                                  {"he", -4},
+                                                  {"hell", -5},
+                                                  {"hello", -6},
+                                                  {"\xE2\x96\x81hello", -7},
+                                                  {"w", -2},
+                                                  {"\xE2\x96\x81w", -8},
+                                                  {"\xE4\xB8\xAD", -2}};
   for (const auto& [text, score] : pieces) {
     tokens.push_back(text);
     types.push_back(1);
@@ -72,7 +80,8 @@ TEST(TokenizerSyntheticTest, SentencePieceMergesByScoreWithByteFallback) {
   EXPECT_EQ(*(*tok)->Encode("w", true), (Ids{kSpaceW}));
   EXPECT_EQ(*(*tok)->Encode("</s>w", true), (Ids{2, kSpaceW}));
   EXPECT_EQ(*(*tok)->Encode(""), Ids{});
-  for (const char* s : {"hello", "hello w", "hellox", "  x\n", "\xE4\xB8\xAD\xE6\x96\x87"}) {
+  for (const char* s :
+       {"hello", "hello w", "hellox", "  x\n", "\xE4\xB8\xAD\xE6\x96\x87"}) {
     EXPECT_EQ((*tok)->Decode(*(*tok)->Encode(s)), s);
   }
   EXPECT_EQ((*tok)->TokenBytes(3 + 0xE6), "\xE6");
@@ -103,7 +112,8 @@ GgufWriter BpeWriter() {
     tokens.push_back(ByteToUnicode(static_cast<uint8_t>(b)));
     types.push_back(1);
   }
-  for (const char* t : {"he", "ll", "hell", "hello", "\xC4\xA0h", "\xC4\xA0hello"}) {
+  for (const char* t :
+       {"he", "ll", "hell", "hello", "\xC4\xA0h", "\xC4\xA0hello"}) {
     tokens.push_back(t);  // ids 256..261 ("Ġ" is U+0120)
     types.push_back(1);
   }
@@ -134,7 +144,8 @@ TEST(TokenizerSyntheticTest, ByteLevelBpeMergesByRank) {
   EXPECT_EQ(*(*tok)->Encode("hello!"), (Ids{259, '!'}));
   EXPECT_EQ(*(*tok)->Encode("hello<|end|>", true), (Ids{259, 262}));
   EXPECT_EQ((*tok)->Encode("hello<|end|>", false)->back(), '>');
-  EXPECT_EQ((*tok)->Decode(*(*tok)->Encode("hello <|end|>", true)), "hello <|end|>");
+  EXPECT_EQ((*tok)->Decode(*(*tok)->Encode("hello <|end|>", true)),
+            "hello <|end|>");
   EXPECT_EQ((*tok)->stop_ids(), Ids{262});
   EXPECT_FALSE((*tok)->add_bos());
   EXPECT_FALSE((*tok)->add_space_prefix());

@@ -4,11 +4,11 @@
 #define PDSERVE_TESTS_SERVER_TOKENIZER_TEST_UTIL_H_
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,8 +40,9 @@ inline std::string Qwen3JsonPath() {
 inline std::string SmolLmPath() {
   const char* cache = std::getenv("PDSERVE_CACHE");
   const char* home = std::getenv("HOME");
-  const std::string root = cache ? std::string(cache)
-                                 : std::string(home ? home : "") + "/.cache/pdserve";
+  const std::string root =
+      cache ? std::string(cache)
+            : std::string(home ? home : "") + "/.cache/pdserve";
   return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
@@ -94,7 +95,8 @@ inline const Tokenizer* LoadCached(const std::string& path) {
 // astral code point (surrogates and U+2581, SentencePiece's space mark,
 // excluded).
 inline std::string RandomText(std::mt19937& rng, int max_chars) {
-  static const uint32_t kSpaces[] = {' ', '\t', '\n', '\r', 0xA0, 0x3000, 0x2003, 0x85};
+  static const uint32_t kSpaces[] = {' ',  '\t',   '\n',   '\r',
+                                     0xA0, 0x3000, 0x2003, 0x85};
   std::uniform_int_distribution<int> len_dist(0, max_chars);
   std::uniform_int_distribution<int> kind_dist(0, 11);
   std::string out;
@@ -105,16 +107,38 @@ inline std::string RandomText(std::mt19937& rng, int max_chars) {
     };
     uint32_t cp;
     switch (kind_dist(rng)) {
-      case 0: case 1: case 2: cp = in(0x20, 0x7E); break;
-      case 3: cp = kSpaces[in(0, 7)]; break;
-      case 4: cp = in(0, 0x1F); break;
-      case 5: cp = in(0xC0, 0xFF); break;
-      case 6: cp = in(0x300, 0x36F); break;
-      case 7: cp = in(0x4E00, 0x9FFF); break;
-      case 8: cp = in(0xAC00, 0xD7A3); break;
-      case 9: cp = in(0x1F300, 0x1FAFF); break;
-      case 10: cp = in(0x80, 0xFFFD); break;
-      default: cp = in(0x10000, 0x10FFFF); break;
+      case 0:
+      case 1:
+      case 2:
+        cp = in(0x20, 0x7E);
+        break;
+      case 3:
+        cp = kSpaces[in(0, 7)];
+        break;
+      case 4:
+        cp = in(0, 0x1F);
+        break;
+      case 5:
+        cp = in(0xC0, 0xFF);
+        break;
+      case 6:
+        cp = in(0x300, 0x36F);
+        break;
+      case 7:
+        cp = in(0x4E00, 0x9FFF);
+        break;
+      case 8:
+        cp = in(0xAC00, 0xD7A3);
+        break;
+      case 9:
+        cp = in(0x1F300, 0x1FAFF);
+        break;
+      case 10:
+        cp = in(0x80, 0xFFFD);
+        break;
+      default:
+        cp = in(0x10000, 0x10FFFF);
+        break;
     }
     if ((cp >= 0xD800 && cp < 0xE000) || cp == 0x2581) cp = 'x';
     unicode::AppendUtf8(cp, &out);

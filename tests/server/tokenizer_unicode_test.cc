@@ -1,13 +1,12 @@
 // UTF-8 validation and replacement, code point classes, NFC.
 #include <string>
 
-#include "nlohmann/json.hpp"
-#include "tests/server/tokenizer_test_util.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "server/tokenizer/pretokenizer.h"
 #include "server/tokenizer/unicode.h"
+#include "tests/server/tokenizer_test_util.h"
 
 namespace pdserve::unicode {
 namespace {
@@ -16,10 +15,12 @@ using ::testing::HasSubstr;
 
 TEST(TokenizerUtf8Test, ValidTextPasses) {
   EXPECT_TRUE(ValidateUtf8("").ok());
-  EXPECT_TRUE(ValidateUtf8("plain ascii text, long enough for 8-byte steps").ok());
-  EXPECT_TRUE(ValidateUtf8("\xC2\x80 \xE0\xA0\x80 \xEF\xBF\xBF \xF0\x90\x80\x80 "
-                           "\xF4\x8F\xBF\xBF")
-                  .ok());
+  EXPECT_TRUE(
+      ValidateUtf8("plain ascii text, long enough for 8-byte steps").ok());
+  EXPECT_TRUE(
+      ValidateUtf8("\xC2\x80 \xE0\xA0\x80 \xEF\xBF\xBF \xF0\x90\x80\x80 "
+                   "\xF4\x8F\xBF\xBF")
+          .ok());
 }
 
 TEST(TokenizerUtf8Test, ErrorNamesTheByteOffset) {
@@ -27,8 +28,10 @@ TEST(TokenizerUtf8Test, ErrorNamesTheByteOffset) {
     std::string text;
     std::string offset;
   } cases[] = {
-      {"ab\xFF" "cd", "byte offset 2 (byte 0xFF)"},
-      {"\xC0\x80", "byte offset 0 (byte 0xC0)"},         // overlong
+      {"ab\xFF"
+       "cd",
+       "byte offset 2 (byte 0xFF)"},
+      {"\xC0\x80", "byte offset 0 (byte 0xC0)"},          // overlong
       {"xyz\xED\xA0\x80", "byte offset 3 (byte 0xED)"},   // surrogate
       {"abc\xE4\xB8", "byte offset 3 (byte 0xE4)"},       // truncated
       {"\xF4\x90\x80\x80", "byte offset 0 (byte 0xF4)"},  // > U+10FFFF
@@ -56,26 +59,26 @@ TEST(TokenizerFlagsTest, Classes) {
   EXPECT_EQ(Flags(' '), kSpace);
   EXPECT_EQ(Flags('\n'), kSpace);
   EXPECT_EQ(Flags('_'), 0);
-  EXPECT_EQ(Flags(0x3000), kSpace);        // ideographic space
-  EXPECT_EQ(Flags(0xA0), kSpace);          // no-break space
-  EXPECT_EQ(Flags(0x200B), 0);             // zero width space is not \s
-  EXPECT_EQ(Flags(0x4E2D), kLetter);       // 中
-  EXPECT_EQ(Flags(0xBD), kNumber);         // ½
-  EXPECT_EQ(Flags(0x10400), kLetter);      // Deseret, above the BMP
-  EXPECT_EQ(Flags(0x1F999), 0);            // emoji
+  EXPECT_EQ(Flags(0x3000), kSpace);    // ideographic space
+  EXPECT_EQ(Flags(0xA0), kSpace);      // no-break space
+  EXPECT_EQ(Flags(0x200B), 0);         // zero width space is not \s
+  EXPECT_EQ(Flags(0x4E2D), kLetter);   // 中
+  EXPECT_EQ(Flags(0xBD), kNumber);     // ½
+  EXPECT_EQ(Flags(0x10400), kLetter);  // Deseret, above the BMP
+  EXPECT_EQ(Flags(0x1F999), 0);        // emoji
   EXPECT_EQ(Flags(0x301) & kNfcUnsafe, kNfcUnsafe);
   EXPECT_EQ(Flags(0x110000), 0);
 }
 
 TEST(TokenizerNfcTest, ComposesReordersAndMapsSingletons) {
-  EXPECT_EQ(ToNfc("e\xCC\x81"), "\xC3\xA9");                       // é
-  EXPECT_EQ(ToNfc("\xE2\x84\xAB"), "\xC3\x85");                    // Å sign
+  EXPECT_EQ(ToNfc("e\xCC\x81"), "\xC3\xA9");     // é
+  EXPECT_EQ(ToNfc("\xE2\x84\xAB"), "\xC3\x85");  // Å sign
   EXPECT_EQ(ToNfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");
-  EXPECT_EQ(ToNfc("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");            // ậ
-  EXPECT_EQ(ToNfc("A\xCC\x8A\xCC\x81"), "\xC7\xBA");                // Ǻ
-  EXPECT_EQ(ToNfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");       // reorder
-  EXPECT_EQ(ToNfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");     // exclusion
-  EXPECT_EQ(ToNfc("\xEF\xAC\x81"), "\xEF\xAC\x81");                 // ﬁ (compat)
+  EXPECT_EQ(ToNfc("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");         // ậ
+  EXPECT_EQ(ToNfc("A\xCC\x8A\xCC\x81"), "\xC7\xBA");             // Ǻ
+  EXPECT_EQ(ToNfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");    // reorder
+  EXPECT_EQ(ToNfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");  // exclusion
+  EXPECT_EQ(ToNfc("\xEF\xAC\x81"), "\xEF\xAC\x81");              // ﬁ (compat)
   EXPECT_TRUE(IsNfcQuick("plain \xC3\xA9 \xE4\xB8\xAD"));
   EXPECT_FALSE(IsNfcQuick("e\xCC\x81"));
 }

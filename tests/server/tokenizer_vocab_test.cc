@@ -39,7 +39,8 @@ INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest,
                                            "llama-spm"),
                          [](const auto& info) {
                            std::string n = info.param;
-                           for (char& ch : n) if (ch == '-') ch = '_';
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
                            return n;
                          });
 
