@@ -30,7 +30,8 @@
 namespace pdserve {
 namespace {
 
-static int64_t kWorkingSet = std::getenv("KB_WS") ? std::atoll(std::getenv("KB_WS")) : 96ll << 20;
+static int64_t kWorkingSet =
+    std::getenv("KB_WS") ? std::atoll(std::getenv("KB_WS")) : 96ll << 20;
 
 // `copies` identical-shape random matrices in one allocation.
 struct Matrices {
@@ -54,8 +55,8 @@ Matrices MakeMatrices(DType type, int64_t rows, int64_t cols, int copies) {
     std::memcpy(m.bytes.data() + c * mat_bytes, m.bytes.data(), mat_bytes);
   }
   for (int c = 0; c < copies; ++c) {
-    m.views.push_back(
-        WeightView{type, rows, cols, row_bytes, m.bytes.data() + c * mat_bytes});
+    m.views.push_back(WeightView{type, rows, cols, row_bytes,
+                                 m.bytes.data() + c * mat_bytes});
   }
   return m;
 }
@@ -100,9 +101,9 @@ void Gemm(benchmark::State& state, DType type, int64_t rows, int64_t cols,
     MatMul(m.views[0], x.data(), cols, tokens, y.data(), rows, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * rows * cols * tokens * state.iterations() / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * rows * cols * tokens * state.iterations() / 1e9,
+                         benchmark::Counter::kIsRate);
   state.SetLabel(MatMulIsa());
 }
 
@@ -146,9 +147,9 @@ void StreamRead(benchmark::State& state, int64_t bytes, int threads) {
     });
     benchmark::DoNotOptimize(partial.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(
-      static_cast<double>(bytes) * state.iterations() / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 void Memcpy(benchmark::State& state, int64_t bytes) {
@@ -158,9 +159,9 @@ void Memcpy(benchmark::State& state, int64_t bytes) {
     benchmark::DoNotOptimize(dst.data());
   }
   // Bytes copied (read + written = 2x this).
-  state.counters["GB/s"] = benchmark::Counter(
-      static_cast<double>(bytes) * state.iterations() / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 // All matrices of a SmolLM2-135M forward pass as in the shipped GGUF: 30
@@ -171,8 +172,9 @@ void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
   constexpr int kLayers = 30;
   constexpr int64_t kHidden = 576, kKv = 192, kInter = 1536, kVocab = 49152;
   const std::pair<int64_t, int64_t> shapes[] = {
-      {kHidden, kHidden}, {kKv, kHidden},   {kKv, kHidden},  {kHidden, kHidden},
-      {kInter, kHidden},  {kInter, kHidden}, {kHidden, kInter}};
+      {kHidden, kHidden}, {kKv, kHidden},    {kKv, kHidden},
+      {kHidden, kHidden}, {kInter, kHidden}, {kInter, kHidden},
+      {kHidden, kInter}};
   std::vector<Matrices> mats;
   int64_t bytes = 0;
   for (int l = 0; l < kLayers; ++l) {
@@ -194,17 +196,20 @@ void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
     MatMul(mats.back().views[0], x.data(), kHidden, 1, y.data(), kVocab, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["tok/s"] = benchmark::Counter(
-      static_cast<double>(tokens) * state.iterations(), benchmark::Counter::kIsRate);
-  state.counters["GB/s"] = benchmark::Counter(
-      static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(tokens) * state.iterations(),
+                         benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
+                         benchmark::Counter::kIsRate);
   state.SetLabel(MatMulIsa());
 }
 
 struct Shape {
   int64_t rows, cols;
 };
-constexpr Shape kShapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
+constexpr Shape kShapes[] = {
+    {576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
 constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
                             DType::kF16,  DType::kBF16, DType::kF32};
 
@@ -213,34 +218,47 @@ void Register() {
     for (int64_t tokens : {1, 512}) {
       benchmark::RegisterBenchmark(
           ("BM_SmolLM2Matmuls/Q4_1/tokens:" + std::to_string(tokens) +
-           "/threads:" + std::to_string(threads)).c_str(),
-          [=](benchmark::State& s) { ModelMatmuls(s, DType::kQ4_1, tokens, threads); })
-          ->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime();
+           "/threads:" + std::to_string(threads))
+              .c_str(),
+          [=](benchmark::State& s) {
+            ModelMatmuls(s, DType::kQ4_1, tokens, threads);
+          })
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5)
+          ->UseRealTime();
     }
   }
   for (int threads : {1, 2}) {
     for (int64_t mib : {96, 1024}) {
       benchmark::RegisterBenchmark(
-          ("BM_StreamRead/" + std::to_string(mib) + "MiB/threads:" +
-           std::to_string(threads)).c_str(),
+          ("BM_StreamRead/" + std::to_string(mib) +
+           "MiB/threads:" + std::to_string(threads))
+              .c_str(),
           [=](benchmark::State& s) { StreamRead(s, mib << 20, threads); })
-          ->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3)
+          ->UseRealTime();
     }
   }
-  benchmark::RegisterBenchmark("BM_Memcpy/96MiB", [](benchmark::State& s) {
-    Memcpy(s, 96ll << 20);
-  })->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
+  benchmark::RegisterBenchmark(
+      "BM_Memcpy/96MiB", [](benchmark::State& s) { Memcpy(s, 96ll << 20); })
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.3)
+      ->UseRealTime();
   for (DType type : kTypes) {
     for (const Shape& sh : kShapes) {
       for (int threads : {1, 2}) {
-        const std::string name = std::string(DTypeName(type)) + "/" +
-                                 std::to_string(sh.rows) + "x" +
-                                 std::to_string(sh.cols) + "/threads:" +
-                                 std::to_string(threads);
-        benchmark::RegisterBenchmark(
-            ("BM_MatVec/" + name).c_str(),
-            [=](benchmark::State& s) { MatVec(s, type, sh.rows, sh.cols, threads); })
-            ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
+        const std::string name =
+            std::string(DTypeName(type)) + "/" + std::to_string(sh.rows) + "x" +
+            std::to_string(sh.cols) + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(("BM_MatVec/" + name).c_str(),
+                                     [=](benchmark::State& s) {
+                                       MatVec(s, type, sh.rows, sh.cols,
+                                              threads);
+                                     })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2)
+            ->UseRealTime();
       }
     }
   }
@@ -251,12 +269,15 @@ void Register() {
         benchmark::RegisterBenchmark(
             ("BM_Gemm/" + std::string(DTypeName(type)) + "/" +
              std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
-             "/tokens:" + std::to_string(tokens) + "/threads:" +
-             std::to_string(threads)).c_str(),
+             "/tokens:" + std::to_string(tokens) +
+             "/threads:" + std::to_string(threads))
+                .c_str(),
             [=](benchmark::State& s) {
               Gemm(s, type, sh.rows, sh.cols, tokens, threads);
             })
-            ->Unit(benchmark::kMillisecond)->MinTime(0.2)->UseRealTime();
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2)
+            ->UseRealTime();
       }
     }
   }

@@ -10,24 +10,36 @@ namespace pdserve {
 
 const char* DTypeName(DType type) {
   switch (type) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kQ4_0: return "Q4_0";
-    case DType::kQ4_1: return "Q4_1";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kQ8_0:
+      return "Q8_0";
+    case DType::kQ4_0:
+      return "Q4_0";
+    case DType::kQ4_1:
+      return "Q4_1";
   }
   return "unknown";
 }
 
 absl::StatusOr<DType> DTypeFromGgmlId(int64_t ggml_type) {
   switch (ggml_type) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 3: return DType::kQ4_1;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
+    case 0:
+      return DType::kF32;
+    case 1:
+      return DType::kF16;
+    case 2:
+      return DType::kQ4_0;
+    case 3:
+      return DType::kQ4_1;
+    case 8:
+      return DType::kQ8_0;
+    case 30:
+      return DType::kBF16;
     default:
       return absl::UnimplementedError(absl::StrCat(
           "GGML tensor type id ", ggml_type,
@@ -40,19 +52,26 @@ int64_t DTypeBlockValues(DType type) {
   switch (type) {
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ4_1: return kQuantBlockSize;
-    default: return 1;
+    case DType::kQ4_1:
+      return kQuantBlockSize;
+    default:
+      return 1;
   }
 }
 
 int64_t DTypeBlockBytes(DType type) {
   switch (type) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return sizeof(BlockQ8_0);
-    case DType::kQ4_0: return sizeof(BlockQ4_0);
-    case DType::kQ4_1: return sizeof(BlockQ4_1);
+    case DType::kBF16:
+      return 2;
+    case DType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case DType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case DType::kQ4_1:
+      return sizeof(BlockQ4_1);
   }
   return 0;
 }
@@ -100,10 +119,12 @@ uint16_t F32ToF16(float f) {
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t abs = x & 0x7fffffff;
   if (abs >= 0x7f800000u) {  // inf or nan
-    return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0));
+    return static_cast<uint16_t>(sign | 0x7c00 |
+                                 (abs > 0x7f800000u ? 0x200 : 0));
   }
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // overflow
-  if (abs < 0x38800000u) {  // subnormal or zero in half
+  if (abs >= 0x477ff000u)
+    return static_cast<uint16_t>(sign | 0x7c00);  // overflow
+  if (abs < 0x38800000u) {                        // subnormal or zero in half
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     const uint32_t mant = (abs & 0x7fffff) | 0x800000;
     const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24
@@ -122,7 +143,8 @@ uint16_t F32ToF16(float f) {
 uint16_t F32ToBF16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffff) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);
+  if ((x & 0x7fffffff) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40);
   x += 0x7fff + ((x >> 16) & 1);
   return static_cast<uint16_t>(x >> 16);
 }
@@ -208,8 +230,8 @@ void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[k].d = F32ToF16(d);
     for (int j = 0; j < 16; ++j) {
-      const int lo = std::min(15, static_cast<int>(
-                                      static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int lo =
+          std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
       const int hi = std::min(
           15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
       y[k].qs[j] = static_cast<uint8_t>(lo | hi << 4);
@@ -232,8 +254,9 @@ void QuantizeQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
     for (int j = 0; j < 16; ++j) {
       const int lo = std::min(
           15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(
-                                      (x[j + 16] - min) * id + 0.5f)));
+      const int hi = std::min(
+          15,
+          static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
       y[k].qs[j] = static_cast<uint8_t>(lo | hi << 4);
     }
   }

@@ -82,10 +82,13 @@ const IsaKernels& ActiveKernels() {
   static const IsaKernels* const kernels = [] {
     switch (ChooseLevel()) {
 #if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
-      case Level::kAvx512: return &Avx512Kernels();
-      case Level::kAvx2: return &Avx2Kernels();
+      case Level::kAvx512:
+        return &Avx512Kernels();
+      case Level::kAvx2:
+        return &Avx2Kernels();
 #endif
-      default: return &ScalarKernels();
+      default:
+        return &ScalarKernels();
     }
   }();
   return *kernels;
@@ -115,8 +118,8 @@ uint8_t* Scratch(int64_t bytes) {
 }  // namespace
 
 void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
-                int64_t x_stride, int64_t n_tokens, float* y,
-                int64_t y_stride, ThreadPool& pool) {
+                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                ThreadPool& pool) {
   if (n_tokens <= 0 || w.rows <= 0) return;
   MatMulArgs args{&w, x, x_stride, nullptr, n_tokens, y, y_stride};
   if (IsQuantized(w.type) && w.cols > 0) {
@@ -137,8 +140,8 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
   // At least ~16 KiB of weights (per token) per range, so that tiny matrices
   // are not split into pieces smaller than the cost of waking a thread.
   const int64_t tile_bytes = std::max<int64_t>(1, w.row_bytes * tile);
-  const int64_t grain = std::max<int64_t>(1, (16 << 10) / tile_bytes /
-                                                 std::max<int64_t>(1, n_tokens));
+  const int64_t grain = std::max<int64_t>(
+      1, (16 << 10) / tile_bytes / std::max<int64_t>(1, n_tokens));
   pool.ParallelFor(n_tiles, grain, [&](int64_t b, int64_t e) {
     k.rows(args, b * tile, std::min(w.rows, e * tile));
   });

@@ -61,7 +61,8 @@ inline float QuantizeBlock(const float* x, int8_t* q, int32_t* sum) {
     v[k] = _mm256_loadu_ps(x + 8 * k);
     amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
   }
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  __m128 m =
+      _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   const float d = _mm_cvtss_f32(m) / 127.0f;
@@ -79,7 +80,8 @@ inline float QuantizeBlock(const float* x, int8_t* q, int32_t* sum) {
   const __m256i bytes = _mm256_permutevar8x32_epi32(
       _mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_store_si256(reinterpret_cast<__m256i*>(q), bytes);
-  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total),
+                            _mm256_extracti128_si256(total, 1));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
   *sum = _mm_cvtsi128_si32(t);
@@ -98,11 +100,14 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
     for (int64_t b = 0; b < l.nb; ++b) {
       int32_t s;
       d[b] = QuantizeBlock(x + t * x_stride + b * 32, q + b * 32, &s);
-      if (type == DType::kQ4_1) sums[b * n_tokens + t] = d[b] * static_cast<float>(s);
+      if (type == DType::kQ4_1)
+        sums[b * n_tokens + t] = d[b] * static_cast<float>(s);
       if (type == DType::kQ4_0) {  // -8 * (sum of the 4 values of each lane)
-        const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + b * 32));
-        const __m256i s4 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
+        const __m256i qv =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(q + b * 32));
+        const __m256i s4 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv),
+                              _mm256_set1_epi16(1));
         _mm256_store_si256(reinterpret_cast<__m256i*>(corr + b * 8),
                            _mm256_mullo_epi32(s4, _mm256_set1_epi32(-8)));
       }
@@ -114,8 +119,8 @@ inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline __m256i LoadNibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw),
+                                               _mm_srli_epi16(raw, 4), 1);
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
@@ -124,28 +129,30 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m256 acc[R][T];
   float accm[R][T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       acc[r][t] = _mm256_setzero_ps();
       accm[r][t] = 0.0f;
     }
   }
   const uint8_t* xt[T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) xt[t] = a.xq + (t0 + t) * l.tok_bytes;
   const float* sums = reinterpret_cast<const float*>(a.xq + l.sums_offset);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < l.nb; ++b) {
     __m256i xv[T];
     __m256 xs[T];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      xv[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t] + b * 32));
-      xs[t] = _mm256_broadcast_ss(reinterpret_cast<const float*>(xt[t] + l.scale_offset) + b);
+      xv[t] =
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t] + b * 32));
+      xs[t] = _mm256_broadcast_ss(
+          reinterpret_cast<const float*>(xt[t] + l.scale_offset) + b);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w.row(r0 + r);
       // Fetch ahead in the weight stream (four row tiles on) into L2.
@@ -173,7 +180,7 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
       }
       const __m256 ws = _mm256_set1_ps(dw);
       const __m256i wabs = kType == DType::kQ8_0 ? _mm256_abs_epi8(wv) : wv;
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         __m256i dot;
         if constexpr (kType == DType::kQ8_0) {
@@ -195,9 +202,9 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
       }
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]),
                                   _mm256_extractf128_ps(acc[r][t], 1));
@@ -209,7 +216,8 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
 }
 
 inline float HSum(__m256 v) {
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h =
+      _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 }
@@ -228,7 +236,8 @@ inline __m256 LoadW(const uint8_t* row, int64_t i, int64_t n) {
   if constexpr (kType == DType::kF32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
   } else if constexpr (kType == DType::kF16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
   } else {
     const __m256i v = _mm256_cvtepu16_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
@@ -247,32 +256,35 @@ template <DType kType, int R, int T>
 void FloatTile(const MatMulArgs& a, const Layout&, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m256 acc[R][T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < w.cols; i += 8) {
     const int64_t n = std::min<int64_t>(8, w.cols - i);
     __m256 xv[T];
-    #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) xv[t] = LoadX(a.x + (t0 + t) * a.x_stride + i, n);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      xv[t] = LoadX(a.x + (t0 + t) * a.x_stride + i, n);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       if (i % 16 == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(w.row(r0 + r)) + 8 * w.row_bytes +
-                         i * (kType == DType::kF32 ? 4 : 2),
+        _mm_prefetch(reinterpret_cast<const char*>(w.row(r0 + r)) +
+                         8 * w.row_bytes + i * (kType == DType::kF32 ? 4 : 2),
                      _MM_HINT_T0);
       }
       const __m256 wv = LoadW<kType>(w.row(r0 + r), i, n);
-      #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r0 + r] = HSum(acc[r][t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      a.y[(t0 + t) * a.y_stride + r0 + r] = HSum(acc[r][t]);
   }
 }
 
@@ -307,7 +319,8 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   // chunk every token tile sweeps all row tiles, so a token tile's
   // activations stay in L1 while the chunk's weights are re-read from L2.
   const int64_t chunk = std::max<int64_t>(
-      kRowTile, (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
+      kRowTile,
+      (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile) {
@@ -322,12 +335,18 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
 
 void Rows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   switch (a.w->type) {
-    case DType::kF32: return RowsTyped<DType::kF32>(a, row_begin, row_end);
-    case DType::kF16: return RowsTyped<DType::kF16>(a, row_begin, row_end);
-    case DType::kBF16: return RowsTyped<DType::kBF16>(a, row_begin, row_end);
-    case DType::kQ8_0: return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
-    case DType::kQ4_0: return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
-    case DType::kQ4_1: return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
+    case DType::kF32:
+      return RowsTyped<DType::kF32>(a, row_begin, row_end);
+    case DType::kF16:
+      return RowsTyped<DType::kF16>(a, row_begin, row_end);
+    case DType::kBF16:
+      return RowsTyped<DType::kBF16>(a, row_begin, row_end);
+    case DType::kQ8_0:
+      return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
+    case DType::kQ4_0:
+      return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
+    case DType::kQ4_1:
+      return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
   }
 }
 
@@ -335,11 +354,14 @@ float Dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 =
+        _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8),
+                           _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i + 8 <= n; i += 8) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc0 =
+        _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
   }
   float s = HSum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s = std::fma(a[i], b[i], s);
@@ -359,10 +381,11 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 // exp(x) for |x| <= 87 (Cephes expf, as in the AVX-512 file); clamped
 // outside so that 2^n stays a normal float.
 inline __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(87.0f));
-  const __m256 n = _mm256_round_ps(
-      _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)),
+                    _mm256_set1_ps(87.0f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.9875691500E-4f);
@@ -371,7 +394,8 @@ inline __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r),
+                      _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -406,31 +430,33 @@ void Softmax(float* x, int64_t n) {
                                                 _mm256_maskload_ps(x + i, m),
                                                 _mm256_castsi256_ps(m)));
   }
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  __m128 h =
+      _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
   const __m256 max = _mm256_set1_ps(_mm_cvtss_f32(h));
   __m256 sum = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += 8) {
     const __m256i m = TailMask(n - i);
-    const __m256 e = _mm256_and_ps(
-        Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)), _mm256_castsi256_ps(m));
+    const __m256 e =
+        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)),
+                      _mm256_castsi256_ps(m));
     _mm256_maskstore_ps(x + i, m, e);
     sum = _mm256_add_ps(sum, e);
   }
   const __m256 inv = _mm256_set1_ps(1.0f / HSum(sum));
   for (int64_t i = 0; i < n; i += 8) {
     const __m256i m = TailMask(n - i);
-    _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+    _mm256_maskstore_ps(x + i, m,
+                        _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
   }
 }
 
 }  // namespace
 
 const IsaKernels& Avx2Kernels() {
-  static const IsaKernels k{"avx2", kRowTile, &PreparedBytes, &Prepare,
-                            &Rows,  &Dot,     &Axpy,          &SwiGlu,
-                            &Softmax};
+  static const IsaKernels k{"avx2", kRowTile, &PreparedBytes, &Prepare, &Rows,
+                            &Dot,   &Axpy,    &SwiGlu,        &Softmax};
   return k;
 }
 

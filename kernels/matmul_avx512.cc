@@ -34,12 +34,12 @@ constexpr int kTokTile = IsQuantized(kType) ? 4 : 6;
 // ---- Prepared-activation layout -------------------------------------------
 
 struct Layout {
-  int64_t row_bytes;   // weight row stride
-  int64_t nb;          // blocks per row
-  int64_t np;          // block pairs per row (nb rounded up / 2)
-  int64_t tok_bytes;   // bytes per token
-  int64_t ntp;         // tokens rounded up to 16 (Q4_1 sum table stride)
-  int64_t sums_offset; // byte offset of the Q4_1 sum table (after tokens)
+  int64_t row_bytes;    // weight row stride
+  int64_t nb;           // blocks per row
+  int64_t np;           // block pairs per row (nb rounded up / 2)
+  int64_t tok_bytes;    // bytes per token
+  int64_t ntp;          // tokens rounded up to 16 (Q4_1 sum table stride)
+  int64_t sums_offset;  // byte offset of the Q4_1 sum table (after tokens)
 };
 
 Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
@@ -94,11 +94,14 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
     for (int64_t p = 0; p < l.np; ++p) {
       const int64_t b = 2 * p;
       const ActBlock A = QuantizeBlock(x + t * x_stride + b * 32);
-      const ActBlock B = b + 1 < l.nb ? QuantizeBlock(x + t * x_stride + b * 32 + 32)
-                                      : ActBlock{_mm_setzero_si128(), _mm_setzero_si128(), 0.0f, 0};
+      const ActBlock B =
+          b + 1 < l.nb
+              ? QuantizeBlock(x + t * x_stride + b * 32 + 32)
+              : ActBlock{_mm_setzero_si128(), _mm_setzero_si128(), 0.0f, 0};
       if (type == DType::kQ4_1) {
         sums[b * l.ntp + t] = A.d * static_cast<float>(A.sum);
-        if (b + 1 < l.nb) sums[(b + 1) * l.ntp + t] = B.d * static_cast<float>(B.sum);
+        if (b + 1 < l.nb)
+          sums[(b + 1) * l.ntp + t] = B.d * static_cast<float>(B.sum);
       }
       __m512i v;
       __mmask16 b_lanes;
@@ -122,8 +125,9 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
         const __m512i eights = _mm512_set1_epi8(8);
         _mm512_store_si512(
             corr + p * 16,
-            _mm512_sub_epi32(_mm512_setzero_si512(),
-                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, v)));
+            _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, v)));
       }
     }
   }
@@ -197,7 +201,8 @@ __attribute__((always_inline)) inline void QuantPairStep(
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     xv[t] = _mm512_load_si512(xt[t] + p * 64);
-    xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) + p * 16);
+    xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) +
+                           p * 16);
     if constexpr (kType == DType::kQ4_0) {
       xc[t] = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
     }
@@ -218,9 +223,12 @@ __attribute__((always_inline)) inline void QuantPairStep(
     __m512i wc = zero;
     if constexpr (kType == DType::kQ8_0) {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
-      const __m256i c = kPair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
-                              : _mm256_setzero_si256();
+      const __m256i a =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+      const __m256i c =
+          kPair
+              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+              : _mm256_setzero_si256();
       wv = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
       const __m128 d = PairScales<kPair>(&blk[0].d, &blk[1].d);
       const __m512i idx =
@@ -228,7 +236,8 @@ __attribute__((always_inline)) inline void QuantPairStep(
       ws = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
       // -(128 * sum of w) per lane cancels the +128 bias of x.
       wc = _mm512_sub_epi32(
-          zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
+          zero, _mm512_dpbusd_epi32(
+                    zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
     } else if constexpr (kType == DType::kQ4_0) {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
       wv = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
@@ -258,15 +267,17 @@ __attribute__((always_inline)) inline void QuantPairStep(
     // (absent rows are 0), then add m * (d_x * sum x) for each token.
     const __m128 t0 = _mm_unpacklo_ps(dm[0], dm[1]);  // dA0 dA1 mA0 mA1
     const __m128 t1 = _mm_unpacklo_ps(dm[2], dm[3]);
-    const __m128 ma = _mm_movehl_ps(t1, t0);          // mA0 mA1 mA2 mA3
+    const __m128 ma = _mm_movehl_ps(t1, t0);  // mA0 mA1 mA2 mA3
     const __m128 u0 = _mm_unpackhi_ps(dm[0], dm[1]);
     const __m128 u1 = _mm_unpackhi_ps(dm[2], dm[3]);
     const __m128 mb = _mm_movehl_ps(u1, u0);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      s.accm[t] = _mm_fmadd_ps(ma, _mm_broadcast_ss(sums + b * l.ntp + t), s.accm[t]);
+      s.accm[t] =
+          _mm_fmadd_ps(ma, _mm_broadcast_ss(sums + b * l.ntp + t), s.accm[t]);
       if constexpr (kPair) {
-        s.accm[t] = _mm_fmadd_ps(mb, _mm_broadcast_ss(sums + (b + 1) * l.ntp + t), s.accm[t]);
+        s.accm[t] = _mm_fmadd_ps(
+            mb, _mm_broadcast_ss(sums + (b + 1) * l.ntp + t), s.accm[t]);
       }
     }
   }
@@ -297,7 +308,8 @@ void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
     QuantPairStep<kType, R, T, true>(s, rows, xt, sums, l, p, prefetch);
   }
   if (l.nb % 2 != 0) {
-    QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs, prefetch);
+    QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs,
+                                      prefetch);
   }
   alignas(16) float m[T][4];
 #pragma GCC unroll 8
@@ -313,7 +325,8 @@ void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
   }
 }
 
-// ---- Float kernels -----------------------------------------------------------
+// ---- Float kernels
+// -----------------------------------------------------------
 
 template <DType kType>
 inline __m512 LoadW(const uint8_t* row, int64_t i, __mmask16 mask) {
@@ -333,26 +346,26 @@ template <DType kType, int R, int T>
 void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
   __m512 acc[R][T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   const float* xt[T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) xt[t] = a.x + (t0 + t) * a.x_stride;
   const uint8_t* rows[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = w.row(r0 + r);
   for (int64_t i = 0; i < w.cols; i += 16) {
     const int64_t left = w.cols - i;
-    const __mmask16 mask =
-        left >= 16 ? static_cast<__mmask16>(0xffff)
-                   : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 mask = left >= 16
+                               ? static_cast<__mmask16>(0xffff)
+                               : static_cast<__mmask16>((1u << left) - 1);
     __m512 xv[T];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xt[t] + i);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       // Stream the weights in during the first token tile only; 2-byte types
       // cover a cache line every other step.
@@ -362,20 +375,22 @@ void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
                      _MM_HINT_T0);
       }
       const __m512 wv = LoadW<kType>(rows[r], i, mask);
-      #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       a.y[(t0 + t) * a.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
     }
   }
 }
 
-// ---- Tile dispatch -----------------------------------------------------------
+// ---- Tile dispatch
+// -----------------------------------------------------------
 
 template <DType kType, int R, int T>
 void Tile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
@@ -397,7 +412,8 @@ constexpr auto TileRow(std::integer_sequence<int, Ts...>) {
 template <DType kType, int... Rs>
 constexpr auto TileTable(std::integer_sequence<int, Rs...>) {
   return std::array<std::array<TileFn, kTokTile<kType>>, sizeof...(Rs)>{
-      TileRow<kType, Rs + 1>(std::make_integer_sequence<int, kTokTile<kType>>())...};
+      TileRow<kType, Rs + 1>(
+          std::make_integer_sequence<int, kTokTile<kType>>())...};
 }
 
 template <DType kType>
@@ -410,7 +426,8 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   // chunk every token tile sweeps all row tiles, so a token tile's
   // activations stay in L1 while the chunk's weights are re-read from L2.
   const int64_t chunk = std::max<int64_t>(
-      kRowTile, (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
+      kRowTile,
+      (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile<kType>) {
@@ -425,12 +442,18 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
 
 void Rows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   switch (a.w->type) {
-    case DType::kF32: return RowsTyped<DType::kF32>(a, row_begin, row_end);
-    case DType::kF16: return RowsTyped<DType::kF16>(a, row_begin, row_end);
-    case DType::kBF16: return RowsTyped<DType::kBF16>(a, row_begin, row_end);
-    case DType::kQ8_0: return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
-    case DType::kQ4_0: return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
-    case DType::kQ4_1: return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
+    case DType::kF32:
+      return RowsTyped<DType::kF32>(a, row_begin, row_end);
+    case DType::kF16:
+      return RowsTyped<DType::kF16>(a, row_begin, row_end);
+    case DType::kBF16:
+      return RowsTyped<DType::kBF16>(a, row_begin, row_end);
+    case DType::kQ8_0:
+      return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
+    case DType::kQ4_0:
+      return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
+    case DType::kQ4_1:
+      return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
   }
 }
 
@@ -438,12 +461,15 @@ float Dot(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc0 =
+        _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16),
+                           _mm512_loadu_ps(b + i + 16), acc1);
   }
   for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff)
-                                    : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = n - i >= 16
+                            ? static_cast<__mmask16>(0xffff)
+                            : static_cast<__mmask16>((1u << (n - i)) - 1);
     acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i),
                            _mm512_maskz_loadu_ps(m, b + i), acc0);
   }
@@ -453,18 +479,20 @@ float Dot(const float* a, const float* b, int64_t n) {
 void Axpy(float alpha, const float* x, float* y, int64_t n) {
   const __m512 av = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff)
-                                    : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = n - i >= 16
+                            ? static_cast<__mmask16>(0xffff)
+                            : static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
-    _mm512_mask_storeu_ps(y + i, m,
-                          _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), yv));
+    _mm512_mask_storeu_ps(
+        y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), yv));
   }
 }
 
 // exp(x) for |x| <= 88 (Cephes expf: range reduction by ln 2 in two parts, a
 // degree-7 polynomial, scaling by 2^n); clamped outside.
 inline __m512 Exp(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)), _mm512_set1_ps(88.0f));
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)),
+                    _mm512_set1_ps(88.0f));
   const __m512 n = _mm512_roundscale_ps(
       _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -476,7 +504,8 @@ inline __m512 Exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r),
+                      _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -516,16 +545,16 @@ void Softmax(float* x, int64_t n) {
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask(n - i);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+    _mm512_mask_storeu_ps(x + i, m,
+                          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
   }
 }
 
 }  // namespace
 
 const IsaKernels& Avx512Kernels() {
-  static const IsaKernels k{"avx512", kRowTile, &PreparedBytes, &Prepare,
-                            &Rows,    &Dot,     &Axpy,          &SwiGlu,
-                            &Softmax};
+  static const IsaKernels k{"avx512", kRowTile, &PreparedBytes, &Prepare, &Rows,
+                            &Dot,     &Axpy,    &SwiGlu,        &Softmax};
   return k;
 }
 

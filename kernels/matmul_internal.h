@@ -97,8 +97,8 @@ std::vector<const IsaKernels*> SupportedKernels();
 
 // MatMul with an explicit kernel set (MatMul uses ActiveKernels()).
 void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
-                int64_t x_stride, int64_t n_tokens, float* y,
-                int64_t y_stride, ThreadPool& pool);
+                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                ThreadPool& pool);
 
 }  // namespace pdserve::kernels_internal
 

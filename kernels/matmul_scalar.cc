@@ -117,8 +117,8 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 }  // namespace
 
 const IsaKernels& ScalarKernels() {
-  static const IsaKernels k{"scalar", 4,    &PreparedBytes, &Prepare,
-                            &Rows,    &Dot, &Axpy,          &SwiGluScalar,
+  static const IsaKernels k{"scalar",      4,    &PreparedBytes, &Prepare,
+                            &Rows,         &Dot, &Axpy,          &SwiGluScalar,
                             &SoftmaxScalar};
   return k;
 }

@@ -34,7 +34,8 @@ inline void CpuRelax() {
 // chunk (16). Chunks are claimed with a CAS on the whole word, so a worker that
 // wakes up late can never claim a chunk of a newer job by mistake.
 constexpr uint64_t Word(uint32_t seq, uint32_t n, uint32_t next) {
-  return static_cast<uint64_t>(seq) << 32 | static_cast<uint64_t>(n) << 16 | next;
+  return static_cast<uint64_t>(seq) << 32 | static_cast<uint64_t>(n) << 16 |
+         next;
 }
 constexpr uint32_t Seq(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 constexpr uint32_t Count(uint64_t w) { return (w >> 16) & 0xffff; }

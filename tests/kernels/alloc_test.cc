@@ -48,10 +48,12 @@ TEST(AllocationTest, SteadyStateMatMulDoesNotAllocate) {
       }
       const WeightView w{type, kRows, kCols, row_bytes, bytes.data()};
       // Warm up with the largest batch so the scratch reaches its size.
-      kernels_internal::MatMulWith(*k, w, x.data(), kCols, 16, y.data(), kRows, pool);
+      kernels_internal::MatMulWith(*k, w, x.data(), kCols, 16, y.data(), kRows,
+                                   pool);
       const int64_t before = g_allocations.load();
       for (int64_t n : {1, 16, 3, 1, 8}) {
-        kernels_internal::MatMulWith(*k, w, x.data(), kCols, n, y.data(), kRows, pool);
+        kernels_internal::MatMulWith(*k, w, x.data(), kCols, n, y.data(), kRows,
+                                     pool);
       }
       (void)Dot(x.data(), x.data() + kCols, kCols);
       ApplyRope(x.data(), 9, 64, 64, 5.0, 10000.0f, RopeStyle::kNeox);

@@ -33,7 +33,7 @@ TEST(F16Test, KnownValues) {
   EXPECT_EQ(F16ToF32(0x3c00), 1.0f);
   EXPECT_EQ(F16ToF32(0xc000), -2.0f);
   EXPECT_EQ(F16ToF32(0x7bff), 65504.0f);
-  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(F16ToF32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
   EXPECT_EQ(F16ToF32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_TRUE(std::isinf(F16ToF32(0x7c00)));
@@ -118,13 +118,23 @@ TEST(QuantizeRowTest, RoundTripErrorBounds) {
           const float err = std::fabs(back[i] - x[i]);
           float bound = 0;
           switch (type) {
-            case DType::kF32: bound = 0; break;
-            case DType::kF16: bound = std::fabs(x[i]) * 0x1p-11f + 0x1p-25f; break;
-            case DType::kBF16: bound = std::fabs(x[i]) * 0x1p-8f; break;
+            case DType::kF32:
+              bound = 0;
+              break;
+            case DType::kF16:
+              bound = std::fabs(x[i]) * 0x1p-11f + 0x1p-25f;
+              break;
+            case DType::kBF16:
+              bound = std::fabs(x[i]) * 0x1p-8f;
+              break;
             // Half a step, plus the f16 rounding of the scale times |q|.
-            case DType::kQ8_0: bound = amax / 127 * (0.5f + 127 * 0x1p-11f); break;
+            case DType::kQ8_0:
+              bound = amax / 127 * (0.5f + 127 * 0x1p-11f);
+              break;
             // The extreme opposite the max clamps at 15 (error up to d).
-            case DType::kQ4_0: bound = amax / 8 * (1.0f + 16 * 0x1p-11f); break;
+            case DType::kQ4_0:
+              bound = amax / 8 * (1.0f + 16 * 0x1p-11f);
+              break;
             case DType::kQ4_1:
               bound = (hi - lo) / 15 * (0.5f + 15 * 0x1p-11f) +
                       std::fabs(lo) * 0x1p-11f;

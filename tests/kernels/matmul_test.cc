@@ -30,8 +30,7 @@ struct TestWeights {
   WeightView view;
 };
 
-TestWeights MakeWeights(DType type, int64_t rows, int64_t cols,
-                        uint32_t seed) {
+TestWeights MakeWeights(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 0.5f);
   TestWeights w;
@@ -46,8 +45,7 @@ TestWeights MakeWeights(DType type, int64_t rows, int64_t cols,
       src[i] = dist(rng) * scale + ((i / 32) % 3 == 1 ? 0.3f : 0.0f);
     }
     QuantizeRow(type, src.data(), w.bytes.data() + r * row_bytes, cols);
-    DequantizeRow(type, w.bytes.data() + r * row_bytes, &w.deq[r * cols],
-                  cols);
+    DequantizeRow(type, w.bytes.data() + r * row_bytes, &w.deq[r * cols], cols);
   }
   w.view = WeightView{type, rows, cols, row_bytes, w.bytes.data()};
   return w;
@@ -82,17 +80,16 @@ double ActQuantBound(const TestWeights& w, int64_t r, const float* x) {
 
 void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
                            int64_t cols, int64_t n_tokens, ThreadPool& pool) {
-  SCOPED_TRACE(std::string(k.name) + " " + DTypeName(type) +
-               " rows=" + std::to_string(rows) + " cols=" +
-               std::to_string(cols) + " tokens=" + std::to_string(n_tokens));
+  SCOPED_TRACE(std::string(k.name) + " " + DTypeName(type) + " rows=" +
+               std::to_string(rows) + " cols=" + std::to_string(cols) +
+               " tokens=" + std::to_string(n_tokens));
   const TestWeights w = MakeWeights(type, rows, cols, rows * 31 + cols);
   const int64_t x_stride = cols + 3;
   const int64_t y_stride = rows + 5;
   const std::vector<float> x = MakeActivations(n_tokens, x_stride, cols + 7);
   std::vector<float> y(n_tokens * y_stride, -1.0f);
   std::vector<float> ref(n_tokens * y_stride, -1.0f);
-  MatMulWith(k, w.view, x.data(), x_stride, n_tokens, y.data(), y_stride,
-             pool);
+  MatMulWith(k, w.view, x.data(), x_stride, n_tokens, y.data(), y_stride, pool);
   MatMulReference(w.view, x.data(), x_stride, n_tokens, ref.data(), y_stride);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = &x[t * x_stride];
@@ -114,7 +111,8 @@ void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
       }
       // f32 accumulation error, plus (quantized types) activation rounding.
       double tol = 2e-6 * abs_dot + 1e-6;
-      if (IsQuantized(type)) tol += 1.001 * ActQuantBound(w, r, xt) + 1e-5 * abs_dot;
+      if (IsQuantized(type))
+        tol += 1.001 * ActQuantBound(w, r, xt) + 1e-5 * abs_dot;
       const float got = y[t * y_stride + r];
       const float want = ref[t * y_stride + r];
       ASSERT_LE(std::fabs(static_cast<double>(got) - want), tol)
@@ -123,13 +121,15 @@ void CheckAgainstReference(const IsaKernels& k, DType type, int64_t rows,
         // Against the exact product with the quantized activations, only f32
         // rounding (scales, block sums) remains.
         double exact = 0.0;
-        for (int64_t i = 0; i < cols; ++i) exact += w.deq[r * cols + i] * xhat[i];
+        for (int64_t i = 0; i < cols; ++i)
+          exact += w.deq[r * cols + i] * xhat[i];
         ASSERT_LE(std::fabs(got - exact), 4e-6 * abs_dot + 1e-6)
             << "t=" << t << " r=" << r << " got " << got << " want " << exact;
       }
     }
     // Padding between rows of y is untouched.
-    for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -1.0f);
+    for (int64_t r = rows; r < y_stride; ++r)
+      ASSERT_EQ(y[t * y_stride + r], -1.0f);
   }
 }
 
@@ -210,17 +210,20 @@ TEST(MatMulTest, Q8_0ExtremeWeightsAndActivations) {
           b % 2 == 0 ? -128 : static_cast<int>(rng() % 256) - 128);
     }
   }
-  const WeightView w{DType::kQ8_0, kRows, kCols, kCols / 32 * 34, blocks.data()};
+  const WeightView w{DType::kQ8_0, kRows, kCols, kCols / 32 * 34,
+                     blocks.data()};
   // Activations of one magnitude quantize exactly to +-127.
   std::vector<float> x(kTokens * kCols);
-  for (int64_t i = 0; i < kTokens * kCols; ++i) x[i] = (i * 7) % 3 == 0 ? -2.0f : 2.0f;
+  for (int64_t i = 0; i < kTokens * kCols; ++i)
+    x[i] = (i * 7) % 3 == 0 ? -2.0f : 2.0f;
   std::vector<float> ref(kTokens * kRows), y(kTokens * kRows);
   MatMulReference(w, x.data(), kCols, kTokens, ref.data(), kRows);
   ThreadPool pool(2);
   for (const IsaKernels* k : SupportedKernels()) {
     MatMulWith(*k, w, x.data(), kCols, kTokens, y.data(), kRows, pool);
     for (int64_t i = 0; i < kTokens * kRows; ++i) {
-      EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-5) << k->name << " i=" << i;
+      EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-5)
+          << k->name << " i=" << i;
     }
   }
 }

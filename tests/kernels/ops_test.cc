@@ -29,7 +29,8 @@ void NaiveRope(std::vector<double>& x, int n_heads, int head_dim, int rot_dims,
     for (int i = 0; i < half; ++i) {
       double angle;
       if (f32_angle) {
-        const float e = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
+        const float e =
+            static_cast<float>(2 * i) / static_cast<float>(rot_dims);
         const float inv = 1.0f / std::pow(static_cast<float>(theta), e);
         angle = static_cast<float>(pos) * inv;
       } else {
@@ -55,12 +56,13 @@ TEST(OpsTest, RopeMatchesNaiveDoubleBothStyles) {
           std::vector<double> want(x.begin(), x.end());
           std::vector<double> exact(x.begin(), x.end());
           NaiveRope(want, n_heads, head_dim, rot_dims, pos, theta, neox, true);
-          NaiveRope(exact, n_heads, head_dim, rot_dims, pos, theta, neox, false);
+          NaiveRope(exact, n_heads, head_dim, rot_dims, pos, theta, neox,
+                    false);
           const std::vector<float> orig = x;
           ApplyRope(x.data(), n_heads, head_dim, rot_dims, pos, theta, style);
           for (int i = 0; i < n_heads * head_dim; ++i) {
-            SCOPED_TRACE("neox=" + std::to_string(neox) + " rot=" +
-                         std::to_string(rot_dims) + " pos=" +
+            SCOPED_TRACE("neox=" + std::to_string(neox) +
+                         " rot=" + std::to_string(rot_dims) + " pos=" +
                          std::to_string(pos) + " i=" + std::to_string(i));
             // Same f32 angle: only f32 rounding of cos/sin and products.
             ASSERT_NEAR(x[i], want[i], 2e-6);
@@ -85,7 +87,8 @@ TEST(OpsTest, RmsNormMatchesDouble) {
     for (float v : x) ss += double{v} * v;
     const double s = 1.0 / std::sqrt(ss / n + 1e-5);
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(out[i], x[i] * s * w[i], 1e-6 * std::fabs(x[i] * s * w[i]) + 1e-7);
+      ASSERT_NEAR(out[i], x[i] * s * w[i],
+                  1e-6 * std::fabs(x[i] * s * w[i]) + 1e-7);
     }
     RmsNorm(x.data(), w.data(), 1e-5f, n, x.data());  // in place
     EXPECT_EQ(x, out);
@@ -161,7 +164,8 @@ TEST(OpsTest, DotAndAxpyEveryLevel) {
       std::vector<float> y = b;
       k->axpy(0.75f, a.data(), y.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
+        ASSERT_NEAR(y[i], b[i] + 0.75 * a[i],
+                    1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
       }
     }
   }
