@@ -85,14 +85,17 @@ class Matcher {
     return i;
   }
 
-  // 's|'t|'re|'ve|'m|'ll|'d (ASCII case-insensitive when `fold`): the end,
-  // or 0 when there is no match.
+  // 's|'t|'re|'ve|'m|'ll|'d, case-insensitive when `fold` (as Oniguruma's
+  // (?i:...): ASCII case plus U+017F long s, the only other code point whose
+  // case folding is one of these letters): the end, or 0 for no match.
   size_t Contraction(size_t i, bool fold) const {
     if (cp_[i] != '\'' || i + 1 >= n_) return 0;
     const auto c = [&](size_t k) -> uint32_t {
       if (k >= n_) return 0;
       const uint32_t v = cp_[k];
-      return fold && v >= 'A' && v <= 'Z' ? v + 32 : v;
+      if (!fold) return v;
+      if (v == 0x17F) return 's';  // LATIN SMALL LETTER LONG S folds to s
+      return v >= 'A' && v <= 'Z' ? v + 32 : v;
     };
     const uint32_t a = c(i + 1);
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;

@@ -127,6 +127,11 @@ TEST(TokenizerPreTokenizerTest, RegexSemantics) {
             (V{"WE", "'LL", " ", "123", "45", "\n\n", " ", " ok", "?\n"}));
   EXPECT_EQ(Split(PreTokenizerKind::kQwen2, "a 12 \"b\" x  "),
             (V{"a", " ", "1", "2", " \"", "b", "\"", " x", "  "}));
+  // (?i) folds U+017F (long s) to s, as the reference (Oniguruma) does.
+  EXPECT_EQ(Split(PreTokenizerKind::kQwen2, "we'\xC5\xBFt"),
+            (V{"we", "'\xC5\xBF", "t"}));
+  EXPECT_EQ(Split(PreTokenizerKind::kGpt2, "we'\xC5\xBFt"),
+            (V{"we", "'", "\xC5\xBFt"}));
   EXPECT_EQ(Split(PreTokenizerKind::kSmolLM, "ab 12c"),
             (V{"ab", " ", "1", "2", "c"}));
 }
