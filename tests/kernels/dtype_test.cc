@@ -82,7 +82,9 @@ TEST(Bf16Test, ConversionsAndTies) {
   EXPECT_EQ(BF16ToF32(F32ToBF16(Bits(0x00010000))), Bits(0x00010000));
   for (uint32_t b = 0; b < 65536; ++b) {
     const float f = BF16ToF32(static_cast<uint16_t>(b));
-    if (!std::isnan(f)) EXPECT_EQ(F32ToBF16(f), b);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(F32ToBF16(f), b);
+    }
   }
 }
 
