@@ -31,6 +31,11 @@ absl::StatusOr<StartedServer> StartServer(
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &started.port);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Accept the clients' 1 s keepalive pings (MakeChannel) instead of
+  // answering them with GOAWAY "too_many_pings".
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   for (grpc::Service* s : services) builder.RegisterService(s);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {

@@ -113,6 +113,9 @@ ShellStatus SchedulerShell::Status() const {
 }
 
 bool SchedulerShell::ConnectEngine() {
+  // A fresh channel per attempt: a channel that saw the engine die may sit
+  // in reconnect backoff for seconds.
+  engine_ = v1::Engine::NewStub(rpc::MakeChannel(options_.engine_target));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));

@@ -182,8 +182,8 @@ int RunServe(int argc, char** argv) {
   std::vector<Child*> children = {&engine, &sched, &front};
   for (Child* c : children) c->pid = Spawn(*c);
 
-  auto health = grpc::health::v1::Health::NewStub(
-      rpc::MakeChannel(absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port)));
+  const std::string public_target =
+      absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   bool announced = false;
   sigset_t term;
   sigemptyset(&term);
@@ -208,7 +208,12 @@ int RunServe(int argc, char** argv) {
         c->pid = Spawn(*c);
       }
     }
-    if (!announced && HealthServing(health.get())) {
+    // A fresh channel per check: one that was refused while the front end
+    // started may sit in reconnect backoff.
+    if (!announced &&
+        HealthServing(grpc::health::v1::Health::NewStub(
+                          rpc::MakeChannel(public_target))
+                          .get())) {
       announced = true;
       std::printf("pdserve serve: ready\n");
       std::printf("  public API  %s:%s  (pdserve.v1.Inference, grpc.health.v1, reflection)\n",

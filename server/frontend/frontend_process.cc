@@ -30,11 +30,13 @@ namespace {
 const std::vector<std::string> kServices = {"pdserve.v1.Inference"};
 
 // Polls the scheduler until it reports a ready engine; fills name/capacity.
-bool WaitForScheduler(v1::Scheduler::Stub* stub, v1::SchedulerStatus* status,
+bool WaitForScheduler(const std::string& target, v1::SchedulerStatus* status,
                       int seconds) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
+    // A fresh channel per attempt avoids reconnect backoff while it starts.
+    auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(target));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(500));
@@ -65,7 +67,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   const std::string scheduler_addr = args.String("scheduler", "127.0.0.1:50052");
   auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_addr));
   v1::SchedulerStatus status;
-  if (!WaitForScheduler(stub.get(), &status, 600)) {
+  if (!WaitForScheduler(scheduler_addr, &status, 600)) {
     std::fprintf(stderr, "pdserve frontend: scheduler %s not ready\n",
                  scheduler_addr.c_str());
     return 1;
