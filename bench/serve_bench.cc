@@ -1,0 +1,223 @@
+// Serving benchmark over the three real processes (`pdserve serve`), printing
+// one JSON object:
+//  1. Chunked prefill at work: p99 inter-token latency of 8 decode streams
+//     while one 2,048-token prompt prefills, divided by their p99 with no
+//     prefill running, with chunking on (--chunk, default 256) and off.
+//  2. Front end overhead: tokens/s streamed through gRPC (client clock)
+//     divided by the engine's own rate over the same steps (its step times,
+//     from the scheduler's --step-log).
+//
+//   serve_bench [--model PATH] [--tokenizer PATH] [--threads N]
+//               [--chunk N] [--budget N] [--decode-tokens N]
+// The model defaults to the cached SmolLM2-135M-Instruct; its context must
+// hold the 2,048-token prompt.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve_harness.h"
+
+namespace pdserve::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model, tokenizer, threads = "0";
+  int chunk = 256, budget = 512, decode_tokens = 96;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(q * v.size() + 0.999999);
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+// Streams one request; appends token arrival times (one entry per token).
+grpc::Status StreamTimes(v1::Inference::Stub* stub, const v1::GenerateRequest& req,
+                         std::vector<Clock::time_point>* times) {
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (!resp.has_delta()) continue;
+    const auto now = Clock::now();
+    for (int i = 0; i < resp.delta().token_ids_size(); ++i) times->push_back(now);
+  }
+  return reader->Finish();
+}
+
+v1::GenerateRequest Request(const std::string& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  req.set_return_token_ids(true);
+  return req;
+}
+
+std::string LongPrompt(v1::Inference::Stub* stub, int tokens) {
+  // Grow a text until it tokenizes to exactly `tokens` ids (or just under).
+  std::string unit = "The quick brown fox jumps over the lazy dog near the river bank. ";
+  std::string text;
+  for (int i = 0; i < tokens; ++i) text += unit;
+  grpc::ClientContext ctx;
+  v1::TokenizeRequest req;
+  req.set_text(text);
+  v1::TokenizeResponse resp;
+  if (!stub->Tokenize(&ctx, req, &resp).ok()) return "";
+  grpc::ClientContext ctx2;
+  v1::DetokenizeRequest dreq;
+  for (int i = 0; i < tokens - 1 && i < resp.token_ids_size(); ++i) {
+    dreq.add_token_ids(resp.token_ids(i));
+  }
+  v1::DetokenizeResponse dresp;
+  if (!stub->Detokenize(&ctx2, dreq, &dresp).ok()) return "";
+  return dresp.text();
+}
+
+// 8 decode streams; with `prefill_prompt`, one long prompt joins once they
+// have produced a few tokens. Returns the streams' inter-token gaps (ms).
+std::vector<double> DecodeItls(const ServeInstance& serve, int decode_tokens,
+                               const std::string& prefill_prompt) {
+  std::vector<std::vector<Clock::time_point>> times(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto stub = serve.Client();
+      StreamTimes(stub.get(),
+                  Request(absl::StrCat("Story number ", i, ": once upon a time"),
+                          decode_tokens),
+                  &times[i]);
+    });
+  }
+  if (!prefill_prompt.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto stub = serve.Client();
+    std::vector<Clock::time_point> t;
+    grpc::Status s = StreamTimes(stub.get(), Request(prefill_prompt, 1), &t);
+    if (!s.ok()) std::fprintf(stderr, "prefill request: %s\n", s.error_message().c_str());
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> gaps;
+  for (const auto& t : times) {
+    for (size_t k = 1; k < t.size(); ++k) {
+      gaps.push_back(std::chrono::duration<double, std::milli>(t[k] - t[k - 1]).count());
+    }
+  }
+  return gaps;
+}
+
+std::unique_ptr<ServeInstance> Start(const Options& o, int chunk,
+                                     const std::string& step_log) {
+  std::vector<std::string> args = {"--model", o.model, "--chunk", absl::StrCat(chunk),
+                                   "--budget", absl::StrCat(o.budget),
+                                   "--kv-memory", "1G"};
+  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  if (o.threads != "0") args.insert(args.end(), {"--threads", o.threads});
+  if (!step_log.empty()) args.insert(args.end(), {"--step-log", step_log});
+  auto s = ServeInstance::Start(args, 300);
+  if (!s.ok()) {
+    std::fprintf(stderr, "serve: %s\n", std::string(s.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*s);
+}
+
+nlohmann::json PrefillInterference(const Options& o, int chunk) {
+  auto serve = Start(o, chunk, "");
+  if (!serve) return {{"error", "serve failed"}};
+  auto stub = serve->Client();
+  const std::string prompt = LongPrompt(stub.get(), 2048);
+  DecodeItls(*serve, 16, "");  // warm-up
+  std::vector<double> base = DecodeItls(*serve, o.decode_tokens, "");
+  std::vector<double> with = DecodeItls(*serve, o.decode_tokens, prompt);
+  const double p99_base = Percentile(base, 0.99), p99_with = Percentile(with, 0.99);
+  return {{"chunk", chunk},
+          {"itl_p50_ms_no_prefill", Percentile(base, 0.5)},
+          {"itl_p99_ms_no_prefill", p99_base},
+          {"itl_p50_ms_with_prefill", Percentile(with, 0.5)},
+          {"itl_p99_ms_with_prefill", p99_with},
+          {"itl_max_ms_with_prefill", Percentile(with, 1.0)},
+          {"p99_ratio", p99_base > 0 ? p99_with / p99_base : 0}};
+}
+
+nlohmann::json StreamedVsEngine(const Options& o) {
+  const std::string log = "/tmp/pdserve-serve-bench-steps.csv";
+  auto serve = Start(o, o.chunk, log);
+  if (!serve) return {{"error", "serve failed"}};
+  auto stub = serve->Client();
+  std::vector<Clock::time_point> warm;
+  StreamTimes(stub.get(), Request("Hello there", 8), &warm);
+  std::ifstream before_in(log);
+  std::string line;
+  int64_t skip = 0;
+  while (std::getline(before_in, line)) ++skip;
+  std::vector<Clock::time_point> t;
+  const auto start = Clock::now();
+  StreamTimes(stub.get(), Request("Write a long story about a dragon.", 256), &t);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // log flush
+  // Engine time of this request's decode steps (prefill step excluded, as
+  // the streamed rate starts at the first token).
+  std::ifstream in(log);
+  double engine_ms = 0;
+  int64_t decode_steps = 0, row = 0;
+  while (std::getline(in, line)) {
+    if (row++ < skip) continue;
+    std::vector<std::string> f = absl::StrSplit(line, ',');
+    if (f.size() != 3 || f[0] != "0") continue;
+    engine_ms += std::stod(f[2]);
+    ++decode_steps;
+  }
+  if (t.size() < 2 || engine_ms <= 0) return {{"error", "no tokens streamed"}};
+  const double stream_s =
+      std::chrono::duration<double>(t.back() - t.front()).count();
+  const double streamed = (t.size() - 1) / stream_s;
+  const double engine = decode_steps / (engine_ms / 1000.0);
+  return {{"tokens", t.size()},
+          {"ttft_ms", std::chrono::duration<double, std::milli>(t.front() - start).count()},
+          {"streamed_tok_per_s", streamed},
+          {"engine_tok_per_s", engine},
+          {"ratio", streamed / engine}};
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  o.model = SmolLm2();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") o.model = v;
+    else if (k == "--tokenizer") o.tokenizer = v;
+    else if (k == "--threads") o.threads = v;
+    else if (k == "--chunk") o.chunk = std::stoi(v);
+    else if (k == "--budget") o.budget = std::stoi(v);
+    else if (k == "--decode-tokens") o.decode_tokens = std::stoi(v);
+  }
+  if (o.model.empty()) {
+    std::fprintf(stderr, "serve_bench: no model (cache SmolLM2 or pass --model)\n");
+    return 1;
+  }
+  nlohmann::json out;
+  out["model"] = o.model;
+  out["prefill_tokens"] = 2048;
+  out["decode_streams"] = 8;
+  out["chunked"] = PrefillInterference(o, o.chunk);
+  out["unchunked"] = PrefillInterference(o, 0);
+  out["streaming"] = StreamedVsEngine(o);
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdserve::testing
+
+int main(int argc, char** argv) { return pdserve::testing::Main(argc, argv); }
