@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -12,6 +13,7 @@ namespace pdserve {
 enum class Architecture {
   kLlama,  // Llama 1/2/3, SmolLM2, llama2.c checkpoints
   kQwen3,  // Qwen3 dense: per-head RMSNorm on q and k
+  kQwen3Moe,  // Qwen3 MoE: Qwen3 attention, top-k routed SwiGLU experts
 };
 
 // Plain value type; filled by the model loaders, read by the forward pass,
@@ -36,7 +38,24 @@ struct ModelConfig {
   int32_t bos_token_id = -1;
   int32_t eos_token_id = -1;
 
+  // Mixture of experts (kQwen3Moe; num_experts == 0 means dense). Layer l
+  // is sparse when num_experts > 0, l is not in mlp_only_layers and
+  // (l + 1) % decoder_sparse_step == 0 (HF Qwen3MoeDecoderLayer).
+  int64_t num_experts = 0;
+  int64_t num_experts_used = 0;       // top-k per token
+  int64_t moe_intermediate_size = 0;  // each expert's SwiGLU width
+  bool norm_topk_prob = true;         // renormalise the top-k probabilities
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
   int64_t q_dim() const { return num_heads * head_dim; }
+  bool IsMoeLayer(int64_t layer) const {
+    if (num_experts <= 0) return false;
+    for (int64_t l : mlp_only_layers) {
+      if (l == layer) return false;
+    }
+    return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+  }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
 };
 

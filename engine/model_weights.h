@@ -11,6 +11,13 @@
 
 namespace pdserve {
 
+// One routed expert's SwiGLU: down(silu(gate x) * up x).
+struct ExpertWeights {
+  WeightView gate;  // [moe_intermediate_size][hidden_size]
+  WeightView up;    // [moe_intermediate_size][hidden_size]
+  WeightView down;  // [hidden_size][moe_intermediate_size]
+};
+
 // Weights of one decoder layer. Matrices are [out][in] (WeightView rows are
 // output features). Norm vectors are f32 of their stated length.
 struct LayerWeights {
@@ -25,6 +32,9 @@ struct LayerWeights {
   WeightView w_gate;                 // [intermediate_size][hidden_size]
   WeightView w_up;                   // [intermediate_size][hidden_size]
   WeightView w_down;                 // [hidden_size][intermediate_size]
+  // MoE layers (ModelConfig::IsMoeLayer) instead of w_gate/w_up/w_down:
+  WeightView router;                  // [num_experts][hidden_size]
+  std::vector<ExpertWeights> experts;  // [num_experts]
 };
 
 // A complete model: config plus weights. Owns the backing storage (file

@@ -113,17 +113,35 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.arch = Architecture::kQwen3;
     c.rope_style = RopeStyle::kNeox;
     c.qk_norm = true;
+  } else if (*arch == "qwen3moe") {
+    c.arch = Architecture::kQwen3Moe;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = true;
   } else {
     return absl::UnimplementedError(
         absl::StrCat(f.path(), ": GGUF architecture '", *arch,
-                     "' is not supported (supported: llama, qwen3)"));
+                     "' is not supported (supported: llama, qwen3, qwen3moe)"));
   }
   const std::string& a = *arch;
   c.name = f.Find("general.name") != nullptr ? *f.GetString("general.name")
                                              : Basename(f.path());
   PDSERVE_ASSIGN(c.num_layers, ArchInt(f, a, "block_count"));
   PDSERVE_ASSIGN(c.hidden_size, ArchInt(f, a, "embedding_length"));
-  PDSERVE_ASSIGN(c.intermediate_size, ArchInt(f, a, "feed_forward_length"));
+  if (c.arch == Architecture::kQwen3Moe) {
+    // llama.cpp: every layer is sparse, top-k weights renormalised.
+    PDSERVE_ASSIGN(c.num_experts, ArchInt(f, a, "expert_count"));
+    PDSERVE_ASSIGN(c.num_experts_used, ArchInt(f, a, "expert_used_count"));
+    PDSERVE_ASSIGN(c.moe_intermediate_size,
+                   ArchInt(f, a, "expert_feed_forward_length"));
+    if (f.Find(a + ".expert_weights_norm") != nullptr) {
+      PDSERVE_ASSIGN(c.norm_topk_prob, f.GetBool(a + ".expert_weights_norm"));
+    }
+    PDSERVE_ASSIGN(c.intermediate_size, ArchIntOr(f, a, "feed_forward_length",
+                                                  c.moe_intermediate_size));
+  } else {
+    PDSERVE_ASSIGN(c.intermediate_size,
+                   ArchInt(f, a, "feed_forward_length"));
+  }
   PDSERVE_ASSIGN(c.num_heads, ArchInt(f, a, "attention.head_count"));
   PDSERVE_ASSIGN(c.num_kv_heads,
                  ArchIntOr(f, a, "attention.head_count_kv", c.num_heads));
@@ -208,9 +226,11 @@ absl::StatusOr<Architecture> HfArchitecture(const json& j,
     return Architecture::kLlama;
   if (arch == "Qwen3ForCausalLM" || arch == "qwen3")
     return Architecture::kQwen3;
+  if (arch == "Qwen3MoeForCausalLM" || arch == "qwen3_moe")
+    return Architecture::kQwen3Moe;
   return absl::UnimplementedError(absl::StrCat(
       source, ": architecture '", arch, "' is not supported (supported: ",
-      "LlamaForCausalLM, Qwen3ForCausalLM)"));
+      "LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)"));
 }
 
 // Features of the config we do not implement are errors, not silent drift.
@@ -265,6 +285,35 @@ absl::Status CheckHfUnsupported(const json& j, const std::string& source) {
   return absl::OkStatus();
 }
 
+// Qwen3MoeConfig fields (defaults as transformers).
+absl::Status MoeFromHfJson(const json& j, const std::string& source,
+                           ModelConfig& c) {
+  // transformers v5 writes num_local_experts; published configs num_experts.
+  const char* experts_key =
+      j.contains("num_experts") ? "num_experts" : "num_local_experts";
+  PDSERVE_ASSIGN(c.num_experts, JsonInt(j, source, experts_key));
+  PDSERVE_ASSIGN(c.num_experts_used,
+                 JsonInt(j, source, "num_experts_per_tok"));
+  PDSERVE_ASSIGN(c.moe_intermediate_size,
+                 JsonInt(j, source, "moe_intermediate_size"));
+  PDSERVE_ASSIGN(c.decoder_sparse_step,
+                 JsonInt(j, source, "decoder_sparse_step", 1));
+  c.norm_topk_prob = !j.contains("norm_topk_prob") ||
+                     !j["norm_topk_prob"].is_boolean() ||
+                     j["norm_topk_prob"].get<bool>();
+  c.mlp_only_layers.clear();
+  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
+    for (const json& l : j["mlp_only_layers"]) {
+      if (!l.is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": mlp_only_layers holds ", l.dump(), ", not a layer"));
+      }
+      c.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
@@ -279,7 +328,10 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
   if (absl::Status s = CheckHfUnsupported(j, source); !s.ok()) return s;
   c.name = name;
   c.rope_style = RopeStyle::kNeox;
-  c.qk_norm = c.arch == Architecture::kQwen3;
+  c.qk_norm = c.arch != Architecture::kLlama;
+  if (c.arch == Architecture::kQwen3Moe) {
+    if (absl::Status s = MoeFromHfJson(j, source, c); !s.ok()) return s;
+  }
   PDSERVE_ASSIGN(c.vocab_size, JsonInt(j, source, "vocab_size"));
   PDSERVE_ASSIGN(c.hidden_size, JsonInt(j, source, "hidden_size"));
   PDSERVE_ASSIGN(c.intermediate_size, JsonInt(j, source, "intermediate_size"));
@@ -371,6 +423,20 @@ absl::Status ValidateModelConfig(const ModelConfig& c,
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": num_heads ", c.num_heads, " is not a multiple of ",
         "num_kv_heads ", c.num_kv_heads));
+  }
+  if (c.num_experts > 0) {
+    const Field moe[] = {
+        {"num_experts", c.num_experts, 1, 4096},
+        {"num_experts_used", c.num_experts_used, 1, c.num_experts},
+        {"moe_intermediate_size", c.moe_intermediate_size, 1, kMaxWidth},
+        {"decoder_sparse_step", c.decoder_sparse_step, 1, kMaxLayers},
+    };
+    for (const Field& f : moe) {
+      if (absl::Status s = CheckRange(source, f.name, f.value, f.lo, f.hi);
+          !s.ok()) {
+        return s;
+      }
+    }
   }
   if (c.rope_dims % 2 != 0) {
     return absl::InvalidArgumentError(

@@ -49,6 +49,16 @@ KindNames NamesOf(WeightKind kind) {
       return {"ffn_up.weight", "mlp.up_proj.weight", "w3", true};
     case WeightKind::kFfnDown:
       return {"ffn_down.weight", "mlp.down_proj.weight", "w2", true};
+    case WeightKind::kFfnGateInp:
+      return {"ffn_gate_inp.weight", "mlp.gate.weight", "", true};
+    // Hugging Face: transformers v5's fused in-memory layout (the per-expert
+    // checkpoint names are handled by SafetensorsSource::GetExpert).
+    case WeightKind::kFfnGateExps:
+      return {"ffn_gate_exps.weight", "mlp.experts.gate_up_proj", "", true};
+    case WeightKind::kFfnUpExps:
+      return {"ffn_up_exps.weight", "mlp.experts.gate_up_proj", "", true};
+    case WeightKind::kFfnDownExps:
+      return {"ffn_down_exps.weight", "mlp.experts.down_proj", "", true};
   }
   return {"?", "?", "?", false};
 }
@@ -106,6 +116,8 @@ class SafetensorsSource : public TensorSource {
     r.num_bytes = (*t)->num_bytes;
     return r;
   }
+  absl::StatusOr<RawTensor> GetExpert(WeightKind kind, int64_t layer,
+                                      int64_t expert) const override;
   std::vector<std::shared_ptr<const void>> Storage() const override {
     return m_->mappings();
   }
@@ -124,6 +136,7 @@ class Llama2cSource : public TensorSource {
   }
   bool Has(WeightKind kind, int64_t layer) const override {
     return kind != WeightKind::kAttnQNorm && kind != WeightKind::kAttnKNorm &&
+           *NamesOf(kind).llama2c != '\0' &&
            (!NamesOf(kind).per_layer ||
             (layer >= 0 && layer < c_.header.n_layers));
   }
@@ -136,6 +149,41 @@ class Llama2cSource : public TensorSource {
  private:
   Llama2cCheckpoint c_;
 };
+
+// Per-expert checkpoint names (model.layers.L.mlp.experts.E.gate_proj.weight,
+// as published Qwen3 MoE checkpoints store them), else a slice of the fused
+// gate_up_proj [E][2I][H] (gate rows first) / down_proj [E][H][I].
+absl::StatusOr<RawTensor> SafetensorsSource::GetExpert(WeightKind kind,
+                                                       int64_t layer,
+                                                       int64_t expert) const {
+  const char* proj = kind == WeightKind::kFfnGateExps ? "gate_proj"
+                     : kind == WeightKind::kFfnUpExps ? "up_proj"
+                                                      : "down_proj";
+  const std::string name = absl::StrCat("model.layers.", layer, ".mlp.experts.",
+                                        expert, ".", proj, ".weight");
+  if (const SafetensorsTensor* t = m_->FindTensor(name); t != nullptr) {
+    RawTensor r;
+    r.name = t->name;
+    r.type = t->type;
+    r.shape = t->shape;
+    r.data = t->data;
+    r.num_bytes = t->num_bytes;
+    return r;
+  }
+  absl::StatusOr<RawTensor> r = TensorSource::GetExpert(kind, layer, expert);
+  if (!r.ok() || kind == WeightKind::kFfnDownExps) return r;
+  if (r->shape.size() != 2 || r->shape[0] % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(m_->dir(), ": tensor '", r->name, "' has ",
+                     r->shape.size(), " dims, expected [2*I][H] per expert"));
+  }
+  r->shape[0] /= 2;
+  r->num_bytes /= 2;
+  if (kind == WeightKind::kFfnUpExps) {
+    r->data = static_cast<const uint8_t*>(r->data) + r->num_bytes;
+  }
+  return r;
+}
 
 absl::StatusOr<RawTensor> Llama2cSource::Get(WeightKind kind,
                                              int64_t layer) const {

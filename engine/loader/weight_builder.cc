@@ -18,6 +18,30 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // Alignment a kernel may assume for the element type.
 uintptr_t TypeAlignment(DType type) { return type == DType::kF32 ? 4 : 2; }
 
+}  // namespace
+
+absl::StatusOr<RawTensor> TensorSource::GetExpert(WeightKind kind,
+                                                  int64_t layer,
+                                                  int64_t expert) const {
+  absl::StatusOr<RawTensor> t = Get(kind, layer);
+  if (!t.ok()) return t.status();
+  if (t->shape.size() != 3 || expert < 0 || expert >= t->shape[0] ||
+      t->num_bytes % t->shape[0] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path(), ": tensor '", t->name, "' has shape ", ShapeString(t->shape),
+        " and ", t->num_bytes, " bytes; expected [experts][rows][cols] with ",
+        "expert ", expert, " inside"));
+  }
+  RawTensor r = *t;
+  r.num_bytes = t->num_bytes / t->shape[0];
+  r.data = static_cast<const uint8_t*>(t->data) + expert * r.num_bytes;
+  r.shape = {t->shape[1], t->shape[2]};
+  r.name = absl::StrCat(t->name, "[", expert, "]");
+  return r;
+}
+
+namespace {
+
 class Builder {
  public:
   Builder(const TensorSource& source, ModelWeights& w) : src_(source), w_(w) {}
@@ -39,7 +63,25 @@ class Builder {
   absl::StatusOr<WeightView> Matrix(WeightKind kind, int64_t layer,
                                     int64_t rows, int64_t cols,
                                     const char* what) {
-    absl::StatusOr<RawTensor> t = Fetch(kind, layer, {rows, cols}, what);
+    return View(Fetch(kind, layer, {rows, cols}, what), rows, cols);
+  }
+
+  // Expert `expert` of a kFfn*Exps kind, [rows][cols].
+  absl::StatusOr<WeightView> ExpertMatrix(WeightKind kind, int64_t layer,
+                                          int64_t expert, int64_t rows,
+                                          int64_t cols, const char* what) {
+    absl::StatusOr<RawTensor> t = src_.GetExpert(kind, layer, expert);
+    if (t.ok() && t->shape != std::vector<int64_t>{rows, cols}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src_.path(), ": tensor '", t->name, "' has shape ",
+          ShapeString(t->shape), ", expected ", ShapeString({rows, cols}),
+          " (", what, ") from the model config"));
+    }
+    return View(std::move(t), rows, cols);
+  }
+
+  absl::StatusOr<WeightView> View(absl::StatusOr<RawTensor> t, int64_t rows,
+                                  int64_t cols) {
     if (!t.ok()) return t.status();
     absl::StatusOr<int64_t> row_bytes = RowBytes(t->type, cols);
     if (!row_bytes.ok()) {
@@ -91,6 +133,7 @@ class Builder {
   }
 
   absl::Status Layer(int64_t l, LayerWeights& lw);
+  absl::Status Experts(int64_t l, LayerWeights& lw);
   absl::Status Build();
 
  private:
@@ -123,12 +166,32 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
     PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
   }
   PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
+  if (c.IsMoeLayer(l)) return Experts(l, lw);
   PDSERVE_ASSIGN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
                                    "intermediate_size x hidden_size"));
   PDSERVE_ASSIGN(
       lw.w_up, Matrix(K::kFfnUp, l, ff, h, "intermediate_size x hidden_size"));
   PDSERVE_ASSIGN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
                                    "hidden_size x intermediate_size"));
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Experts(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t h = c.hidden_size, ff = c.moe_intermediate_size;
+  using K = WeightKind;
+  PDSERVE_ASSIGN(lw.router, Matrix(K::kFfnGateInp, l, c.num_experts, h,
+                                   "num_experts x hidden_size"));
+  lw.experts.resize(c.num_experts);
+  for (int64_t x = 0; x < c.num_experts; ++x) {
+    ExpertWeights& e = lw.experts[x];
+    PDSERVE_ASSIGN(e.gate, ExpertMatrix(K::kFfnGateExps, l, x, ff, h,
+                                        "moe_intermediate_size x hidden_size"));
+    PDSERVE_ASSIGN(e.up, ExpertMatrix(K::kFfnUpExps, l, x, ff, h,
+                                      "moe_intermediate_size x hidden_size"));
+    PDSERVE_ASSIGN(e.down, ExpertMatrix(K::kFfnDownExps, l, x, h, ff,
+                                        "hidden_size x moe_intermediate_size"));
+  }
   return absl::OkStatus();
 }
 

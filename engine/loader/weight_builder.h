@@ -30,6 +30,13 @@ enum class WeightKind {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  // Mixture of experts (Qwen3 MoE): the router and the stacked experts,
+  // [num_experts][rows][cols] (GGUF 3-D tensors; Hugging Face per-expert
+  // tensors are read through TensorSource::GetExpert).
+  kFfnGateInp,
+  kFfnGateExps,
+  kFfnUpExps,
+  kFfnDownExps,
 };
 
 // A tensor as stored: shape row-major, outermost first (a matrix
@@ -54,6 +61,11 @@ class TensorSource {
   // type we cannot use.
   virtual absl::StatusOr<RawTensor> Get(WeightKind kind,
                                         int64_t layer) const = 0;
+  // One expert's 2-D matrix of an expert kind (kFfn*Exps). The default
+  // slices the 3-D tensor Get(kind, layer) returns; NotFound / shape errors
+  // name the tensor.
+  virtual absl::StatusOr<RawTensor> GetExpert(WeightKind kind, int64_t layer,
+                                              int64_t expert) const;
   // Owners of the memory RawTensor::data points into.
   virtual std::vector<std::shared_ptr<const void>> Storage() const = 0;
   // The file or folder, for error messages.

@@ -58,6 +58,8 @@ ForwardStats& ForwardStats::operator+=(const ForwardStats& o) {
   kv_bytes_read += o.kv_bytes_read;
   kv_bytes_written += o.kv_bytes_written;
   flops += o.flops;
+  experts_selected += o.experts_selected;
+  expert_matrices_read += o.expert_matrices_read;
   return *this;
 }
 
@@ -84,6 +86,18 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
         " layer weights for ", c.num_layers, " layers, ", c.num_heads,
         " heads, ", c.num_kv_heads, " kv heads, head_dim ", c.head_dim,
         ", rope_dims ", c.rope_dims, ")"));
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = weights.layers[l];
+    if (c.IsMoeLayer(l) &&
+        (c.num_experts_used < 1 || c.num_experts_used > c.num_experts ||
+         c.moe_intermediate_size < 1 || lw.router.empty() ||
+         static_cast<int64_t>(lw.experts.size()) != c.num_experts)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", c.name, ": MoE layer ", l, " has ", lw.experts.size(),
+          " experts (config ", c.num_experts, ", top-", c.num_experts_used,
+          ", width ", c.moe_intermediate_size, ")"));
+    }
   }
   return std::make_unique<ForwardPass>(weights, kv, pool, max_batch_tokens);
 }
@@ -139,6 +153,13 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
   }
   layer_bytes_ += c.hidden_size * static_cast<int64_t>(sizeof(float));
   lm_head_bytes_ = MatrixBytes(weights_.lm_head);
+  if (c.num_experts > 0) {
+    moe_ = std::make_unique<MoeBlock>(c, max_tokens_);
+    for (const LayerWeights& lw : weights_.layers) {
+      layer_bytes_ += MatrixBytes(lw.router);
+      layer_macs_ += MatrixMacs(lw.router);
+    }
+  }
 }
 
 ForwardPass::~ForwardPass() = default;
@@ -224,6 +245,7 @@ absl::Status ForwardPass::Run(absl::Span<const SequenceSpan> batch,
   }
   span_first_row_[batch.size()] = row;
   rows_ = row;
+  if (moe_) moe_->ResetCounters();
   Embed(batch);
   PrepareRope(batch);
   for (int64_t l = 0; l < weights_.config.num_layers; ++l) Layer(l, batch);
@@ -275,7 +297,6 @@ void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
   const LayerWeights& lw = weights_.layers[layer];
   const int64_t rows = span_first_row_[batch.size()];
   const int64_t hidden = c.hidden_size;
-  const int64_t inter = c.intermediate_size;
 
   RmsNormRows(x_.data(), lw.attn_norm, rows, xn_.data());
   MatMul(lw.wq, xn_.data(), hidden, rows, q_.data(), c.q_dim(), pool_);
@@ -291,6 +312,20 @@ void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
   });
 
   RmsNormRows(x_.data(), lw.ffn_norm, rows, xn_.data());
+  if (c.IsMoeLayer(layer)) {
+    moe_->Run(lw, xn_.data(), rows, proj_.data(), pool_);
+  } else {
+    DenseFfn(lw, rows);
+  }
+  pool_.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
+    AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
+               (e - b) * hidden);
+  });
+}
+
+void ForwardPass::DenseFfn(const LayerWeights& lw, int64_t rows) {
+  const int64_t hidden = weights_.config.hidden_size;
+  const int64_t inter = weights_.config.intermediate_size;
   MatMul(lw.w_gate, xn_.data(), hidden, rows, gate_.data(), inter, pool_);
   MatMul(lw.w_up, xn_.data(), hidden, rows, up_.data(), inter, pool_);
   pool_.ParallelFor(rows, 8, [&](int64_t b, int64_t e) {
@@ -298,10 +333,6 @@ void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
            gate_.data() + b * inter);
   });
   MatMul(lw.w_down, gate_.data(), inter, rows, proj_.data(), hidden, pool_);
-  pool_.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
-    AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
-               (e - b) * hidden);
-  });
 }
 
 void ForwardPass::QkNormAndRope(const LayerWeights& lw) {
@@ -437,6 +468,13 @@ void ForwardPass::Account(absl::Span<const SequenceSpan> batch,
   }
   s.flops = 2 * (rows_ * layer_macs_ + c.num_layers * attn_macs +
                  logit_rows * MatrixMacs(weights_.lm_head));
+  if (moe_) {
+    const MoeCounters& m = moe_->counters();
+    s.experts_selected = m.experts_selected;
+    s.expert_matrices_read = m.expert_matrices_read;
+    s.weight_bytes_read += m.expert_bytes_read;
+    s.flops += 2 * m.expert_macs;
+  }
   *stats += s;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/model/moe.h"
 #include "engine/model_weights.h"
 #include "kernels/thread_pool.h"
 
@@ -47,6 +48,11 @@ struct ForwardStats {
                                  // sequence and layer)
   int64_t kv_bytes_written = 0;  // keys + values of the new tokens
   int64_t flops = 0;             // multiply-adds counted as 2
+  // MoE models: distinct (layer, expert) pairs selected in the step, and
+  // expert weight matrices multiplied (3 per selected expert when each
+  // expert's weights are read once per step).
+  int64_t experts_selected = 0;
+  int64_t expert_matrices_read = 0;
 
   ForwardStats& operator+=(const ForwardStats& o);
 };
@@ -116,6 +122,7 @@ class ForwardPass {
   void Attention(int64_t layer, absl::Span<const SequenceSpan> batch);
   void LmHead(absl::Span<const SequenceSpan> batch, float* logits);
   void RmsNormRows(const float* x, const float* w, int64_t rows, float* out);
+  void DenseFfn(const LayerWeights& lw, int64_t rows);
   void Account(absl::Span<const SequenceSpan> batch, int64_t logit_rows,
                ForwardStats* stats) const;
 
@@ -153,6 +160,7 @@ class ForwardPass {
   int64_t scratch_per_thread_ = 0;
   std::vector<float> scratch_;
   std::atomic<int64_t> next_item_{0};
+  std::unique_ptr<MoeBlock> moe_;  // MoE models only (hook: moe.h)
 };
 
 }  // namespace pdserve

@@ -1,0 +1,9 @@
+# Tests for Qwen3 MoE and the hybrid linear-attention models (engine/model
+# moe.*, gated_deltanet.*), against fixtures from
+# tests/tools/make_hybrid_fixtures.py.
+if(TARGET pdserve_model AND TARGET pdserve_loader AND TARGET pdserve_formats)
+  pdserve_add_test(NAME hybrid_moe_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_moe_test.cc
+    LIBS pdserve_model pdserve_loader pdserve_formats
+         nlohmann_json::nlohmann_json)
+endif()
