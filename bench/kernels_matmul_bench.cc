@@ -5,8 +5,9 @@
 //       SmolLM2-135M Q4_1 model) that it is not served from L2
 //   BM_Gemm/<dtype>/<rows>x<cols>/tokens:T/threads:N   GFLOP/s (2*r*c*T)
 //   BM_SmolLM2Matmuls/Q4_1/tokens:T/threads:N   every matrix product of one
-//       SmolLM2-135M step (decode T=1, prefill chunk T=512): the kernels' share
-//       of a forward pass, as tokens/s
+//       SmolLM2-135M step (a decode batch of T <= 64 sequences, the LM head
+//       on every token; or a prefill chunk T=512, the LM head on its last
+//       token): the kernels' share of a forward pass, as tokens/s
 // PDSERVE_ISA=scalar|avx2|avx512 lowers the SIMD level.
 #include <algorithm>
 #include <cstdlib>
@@ -192,8 +193,11 @@ void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
       const WeightView& w = mats[i].views[0];
       MatMul(w, x.data(), w.cols, tokens, y.data(), w.rows, pool);
     }
-    // The LM head runs on the last token only.
-    MatMul(mats.back().views[0], x.data(), kHidden, 1, y.data(), kVocab, pool);
+    // Prefill: the LM head runs on the last token only; decode (every token
+    // is its own sequence): on every token.
+    const int64_t head_tokens = tokens > 64 ? 1 : tokens;
+    MatMul(mats.back().views[0], x.data(), kHidden, head_tokens, y.data(),
+           kVocab, pool);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["tok/s"] =
@@ -215,7 +219,7 @@ constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
 
 void Register() {
   for (int threads : {1, 2}) {
-    for (int64_t tokens : {1, 512}) {
+    for (int64_t tokens : {1, 4, 5, 8, 16, 64, 512}) {
       benchmark::RegisterBenchmark(
           ("BM_SmolLM2Matmuls/Q4_1/tokens:" + std::to_string(tokens) +
            "/threads:" + std::to_string(threads))

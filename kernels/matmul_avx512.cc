@@ -1,24 +1,34 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) kernels. Compiled with its own -m flags and
 // only called after the dispatcher checked CPU support.
 //
-// Quantized weights work on pairs of 32-value blocks (one zmm of 64 int8):
-//   Q8_0: lanes hold [A0..31 | B0..31]; activations are stored +128 (u8) so
-//         vpdpbusd(x+128, w) works, and 128 * sum(w) is subtracted up front.
-//   Q4_x: nibbles unpack to [A0..15 | B0..15 | A16..31 | B16..31] (u8), the
-//         activations are stored in that order; Q4_0's "-8" is folded into a
-//         per-token correction (-8 * sum of x per int32 lane), Q4_1's "+m"
-//         into m * (d_x * sum x), accumulated per token with rows in lanes.
-// Weights are prefetched 16 rows ahead into L2; rows are processed in chunks
-// of ~128 KiB so a chunk stays in L2 while all token tiles sweep it.
-// Every int32 lane of a block pair is converted to f32, scaled by d_w * d_x
-// and accumulated in a per-(row, token) zmm, so each output's arithmetic is
-// the same whatever the tile shape around it.
+// Quantized weights (Q8_0, Q4_0, Q4_1) against 8-bit activation blocks. Every
+// output (row o, token t) gets this arithmetic, whichever kernel computes it:
+//   for each block b, in order:
+//     D_b  = exact int32 dot of the block's integer weights (Q8_0: q;
+//            Q4_0: nibble - 8; Q4_1: nibble) and activation quants;
+//     acc  = fma(float(D_b), f32(d_w,b * d_x,b), acc);
+//     Q4_1: mt = fma(m_b, d_x,b * sum(x quants)_b, mt);
+//   y = acc (+ mt for Q4_1).
+// Two kernels implement it:
+//   * token lanes (n_tokens >= kLaneMinTokens): 16 tokens in the lanes of a
+//     zmm. Activations are stored +128 (u8) token-interleaved, four values
+//     per lane per 64-byte vector; a row tile's blocks are first unpacked to
+//     int8 with f32 scales and -128 * sum(w) (which cancels the +128), and
+//     each 4-byte weight group is broadcast into vpdpbusd. One cvt, mul and
+//     fma per (row, block) then serve 16 tokens.
+//   * block lanes (fewer tokens, mat-vec): a pair of blocks in one zmm, lanes
+//     [A0..15 | B0..15 | A16..31 | B16..31] (u8 weights for Q4_x, u8
+//     activations + 128 for Q8_0), register tiles of up to 4 rows x 4 tokens;
+//     the int32 lanes of each block are summed exactly (hadd) into D_A, D_B
+//     for 4 rows, which then take the steps above with rows in xmm lanes.
+// Weights are prefetched 16 rows ahead into L2.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "kernels/matmul_internal.h"
@@ -26,10 +36,17 @@
 namespace pdserve::kernels_internal {
 namespace {
 
-constexpr int kRowTile = 4;  // at most 4: Q4_1 keeps row minima in xmm lanes
-// Token tile: quantized tiles also hold per-token activation vectors.
+constexpr int kRowTile = 4;  // at most 4: rows sit in xmm lanes
+// Token tile of the float kernels and of the block-lane quantized kernel.
 template <DType kType>
 constexpr int kTokTile = IsQuantized(kType) ? 4 : 6;
+// From this many tokens on, quantized products use the token-lane kernel
+// (below it the weight unpacking costs more than it saves).
+constexpr int64_t kLaneMinTokens = 5;
+constexpr int kLanes = 16;
+// Token-lane activations per (16-token group, block): 8 vectors of 16 tokens
+// x 4 u8 values, then d_x for the 16 tokens, then d_x * sum(q) (Q4_1).
+constexpr int64_t kLaneBlockBytes = 8 * 64 + 64 + 64;
 
 // ---- Prepared-activation layout -------------------------------------------
 
@@ -40,6 +57,7 @@ struct Layout {
   int64_t tok_bytes;    // bytes per token
   int64_t ntp;          // tokens rounded up to 16 (Q4_1 sum table stride)
   int64_t sums_offset;  // byte offset of the Q4_1 sum table (after tokens)
+  bool lanes;           // token-lane layout (n_tokens >= kLaneMinTokens)
 };
 
 Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
@@ -47,15 +65,22 @@ Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
   l.row_bytes = 0;
   l.nb = cols / 32;
   l.np = (l.nb + 1) / 2;
-  l.tok_bytes = l.np * (type == DType::kQ4_0 ? 192 : 128);
   l.ntp = (n_tokens + 15) / 16 * 16;
-  l.sums_offset = l.tok_bytes * n_tokens;
+  l.lanes = n_tokens >= kLaneMinTokens;
+  if (l.lanes) {
+    l.tok_bytes = l.nb * kLaneBlockBytes;  // per group of 16 tokens
+    l.sums_offset = l.tok_bytes * (l.ntp / kLanes);
+  } else {
+    l.tok_bytes = l.np * (type == DType::kQ4_0 ? 192 : 128);
+    l.sums_offset = l.tok_bytes * n_tokens;
+  }
   return l;
 }
 
 int64_t PreparedBytes(DType type, int64_t cols, int64_t n_tokens) {
   const Layout l = MakeLayout(type, cols, n_tokens);
-  return l.sums_offset + (type == DType::kQ4_1 ? l.nb * l.ntp * 4 : 0);
+  return l.sums_offset +
+         (type == DType::kQ4_1 && !l.lanes ? l.nb * l.ntp * 4 : 0);
 }
 
 // QuantizeActBlock, vectorised (bitwise the same: max |x|, amax / 127, 1 / d,
@@ -83,9 +108,39 @@ inline ActBlock QuantizeBlock(const float* x) {
   return blk;
 }
 
+// Token-lane layout: token t's blocks go to lane t % 16 of group t / 16 as
+// u8 (q + 128); lanes past n_tokens in the last group are zero activations.
+void PrepareLanes(const Layout& l, const float* x, int64_t x_stride,
+                  int64_t n_tokens, int64_t t_begin, int64_t t_end,
+                  uint8_t* xq) {
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+  const int64_t pad_end = t_end == n_tokens ? l.ntp : t_end;
+  for (int64_t t = t_begin; t < pad_end; ++t) {
+    uint8_t* group = xq + (t / kLanes) * l.tok_bytes;
+    const int64_t lane = t % kLanes;
+    for (int64_t b = 0; b < l.nb; ++b) {
+      uint8_t* blk = group + b * kLaneBlockBytes;
+      ActBlock a{_mm_setzero_si128(), _mm_setzero_si128(), 0.0f, 0};
+      if (t < n_tokens) a = QuantizeBlock(x + t * x_stride + b * 32);
+      alignas(16) uint8_t q[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_xor_si128(a.lo, bias));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16),
+                      _mm_xor_si128(a.hi, bias));
+      for (int g = 0; g < 8; ++g) {
+        std::memcpy(blk + g * 64 + lane * 4, q + g * 4, 4);
+      }
+      reinterpret_cast<float*>(blk + 512)[lane] = a.d;
+      reinterpret_cast<float*>(blk + 576)[lane] =
+          a.d * static_cast<float>(a.sum);
+    }
+  }
+}
+
 void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
              int64_t n_tokens, int64_t t_begin, int64_t t_end, uint8_t* xq) {
   const Layout l = MakeLayout(type, cols, n_tokens);
+  if (l.lanes)
+    return PrepareLanes(l, x, x_stride, n_tokens, t_begin, t_end, xq);
   auto* sums = reinterpret_cast<float*>(xq + l.sums_offset);
   for (int64_t t = t_begin; t < t_end; ++t) {
     uint8_t* q = xq + t * l.tok_bytes;
@@ -103,23 +158,16 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
         if (b + 1 < l.nb)
           sums[(b + 1) * l.ntp + t] = B.d * static_cast<float>(B.sum);
       }
-      __m512i v;
-      __mmask16 b_lanes;
-      if (type == DType::kQ8_0) {  // [A0..31 | B0..31] + 128
-        v = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_set_m128i(A.hi, A.lo)),
-            _mm256_set_m128i(B.hi, B.lo), 1);
+      // [A0..15 | B0..15 | A16..31 | B16..31], +128 for Q8_0.
+      __m512i v = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_set_m128i(B.lo, A.lo)),
+          _mm256_set_m128i(B.hi, A.hi), 1);
+      if (type == DType::kQ8_0) {
         v = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
-        b_lanes = 0xff00;
-      } else {  // [A0..15 | B0..15 | A16..31 | B16..31]
-        v = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_set_m128i(B.lo, A.lo)),
-            _mm256_set_m128i(B.hi, A.hi), 1);
-        b_lanes = 0xf0f0;
       }
       _mm512_store_si512(q + p * 64, v);
       _mm512_store_ps(scale + p * 16,
-                      _mm512_mask_blend_ps(b_lanes, _mm512_set1_ps(A.d),
+                      _mm512_mask_blend_ps(0xf0f0, _mm512_set1_ps(A.d),
                                            _mm512_set1_ps(B.d)));
       if (type == DType::kQ4_0) {  // -8 * (sum of the 4 values of each lane)
         const __m512i eights = _mm512_set1_epi8(8);
@@ -133,7 +181,7 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
   }
 }
 
-// ---- Quantized kernels -----------------------------------------------------
+// ---- Quantized kernels: block lanes ----------------------------------------
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -155,12 +203,19 @@ inline __m512i LoadNibblePair(const uint8_t* qa, const uint8_t* qb, bool pair) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// Lanes ia and ib of v spread as [a x4 | b x4 | a x4 | b x4].
-template <int kIa, int kIb>
-inline __m512 Q4PairScale(__m128 v) {
-  const __m512i idx = _mm512_setr_epi32(kIa, kIa, kIa, kIa, kIb, kIb, kIb, kIb,
-                                        kIa, kIa, kIa, kIa, kIb, kIb, kIb, kIb);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+// Q8_0 blocks b (and b+1 when `pair`) as 64 s8 values, same order.
+inline __m512i LoadQ8Pair(const BlockQ8_0* blk, bool pair) {
+  const __m128i a0 =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs));
+  const __m128i a1 =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs + 16));
+  __m128i b0 = _mm_setzero_si128(), b1 = _mm_setzero_si128();
+  if (pair) {
+    b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs));
+    b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs + 16));
+  }
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b0, a0)),
+                            _mm256_set_m128i(b1, a1), 1);
 }
 
 // The f16 scales of blocks A and B (B = 0 unless kPair) as [dA, dB, 0, 0].
@@ -181,32 +236,22 @@ inline __m128 PairScalesMins(const BlockQ4_1* blk) {
                                        static_cast<int>(b), 1));
 }
 
-// Accumulators of an R x T tile.
-template <int R, int T>
+// Accumulators of a block-lane tile: rows in xmm lanes, one per token.
+template <int T>
 struct QuantAcc {
-  __m512 acc[R][T];
-  __m128 accm[T];  // Q4_1: sum over blocks of m * (d_x * sum x), row lanes
+  __m128 acc[T];
+  __m128 accm[T];  // Q4_1: sum over blocks of m * (d_x * sum x)
 };
 
 // One block pair (or, when !kPair, the final odd block) of an R x T tile.
 template <DType kType, int R, int T, bool kPair>
 __attribute__((always_inline)) inline void QuantPairStep(
-    QuantAcc<R, T>& s, const uint8_t* const* rows, const uint8_t* const* xt,
+    QuantAcc<T>& s, const uint8_t* const* rows, const uint8_t* const* xt,
     const float* sums, const Layout& l, int64_t p, bool prefetch) {
   const int64_t b = 2 * p;
   const __m512i zero = _mm512_setzero_si512();
-  __m512i xv[T];
-  __m512 xs[T];
-  __m512i xc[T];
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    xv[t] = _mm512_load_si512(xt[t] + p * 64);
-    xs[t] = _mm512_load_ps(reinterpret_cast<const float*>(xt[t] + l.np * 64) +
-                           p * 16);
-    if constexpr (kType == DType::kQ4_0) {
-      xc[t] = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
-    }
-  }
+  __m512i wv[4] = {zero, zero, zero, zero};
+  __m512i wc[4] = {zero, zero, zero, zero};
   __m128 dm[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(),
                   _mm_setzero_ps()};
 #pragma GCC unroll 8
@@ -218,58 +263,34 @@ __attribute__((always_inline)) inline void QuantPairStep(
                        p * 2 * kBlockBytes<kType>,
                    _MM_HINT_T1);
     }
-    __m512i wv;
-    __m512 ws;
-    __m512i wc = zero;
     if constexpr (kType == DType::kQ8_0) {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      const __m256i a =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
-      const __m256i c =
-          kPair
-              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
-              : _mm256_setzero_si256();
-      wv = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
-      const __m128 d = PairScales<kPair>(&blk[0].d, &blk[1].d);
-      const __m512i idx =
-          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-      ws = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+      wv[r] = LoadQ8Pair(blk, kPair);
+      dm[r] = PairScales<kPair>(&blk[0].d, &blk[1].d);
       // -(128 * sum of w) per lane cancels the +128 bias of x.
-      wc = _mm512_sub_epi32(
+      wc[r] = _mm512_sub_epi32(
           zero, _mm512_dpbusd_epi32(
-                    zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv));
+                    zero, _mm512_set1_epi8(static_cast<char>(0x80)), wv[r]));
     } else if constexpr (kType == DType::kQ4_0) {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
-      wv = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
-      ws = Q4PairScale<0, 1>(PairScales<kPair>(&blk[0].d, &blk[1].d));
+      wv[r] = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
+      dm[r] = PairScales<kPair>(&blk[0].d, &blk[1].d);
     } else {
       const auto* blk = reinterpret_cast<const BlockQ4_1*>(rows[r]) + b;
-      wv = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
+      wv[r] = LoadNibblePair(blk[0].qs, kPair ? blk[1].qs : nullptr, kPair);
       dm[r] = PairScalesMins<kPair>(blk);
-      ws = Q4PairScale<0, 2>(dm[r]);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      __m512i dot;
-      if constexpr (kType == DType::kQ8_0) {
-        dot = _mm512_dpbusd_epi32(wc, xv[t], wv);
-      } else if constexpr (kType == DType::kQ4_0) {
-        dot = _mm512_dpbusd_epi32(xc[t], wv, xv[t]);
-      } else {
-        dot = _mm512_dpbusd_epi32(zero, wv, xv[t]);
-      }
-      s.acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                    _mm512_mul_ps(ws, xs[t]), s.acc[r][t]);
     }
   }
-  if constexpr (kType == DType::kQ4_1) {
-    // Transpose the rows' [dA, mA, dB, mB] into mA and mB over row lanes
-    // (absent rows are 0), then add m * (d_x * sum x) for each token.
+  // Weight scales of blocks A and B with rows in lanes (absent rows are 0).
+  __m128 da, db;
+  if constexpr (kType == DType::kQ4_1) {              // dm = [dA, mA, dB, mB]
     const __m128 t0 = _mm_unpacklo_ps(dm[0], dm[1]);  // dA0 dA1 mA0 mA1
     const __m128 t1 = _mm_unpacklo_ps(dm[2], dm[3]);
-    const __m128 ma = _mm_movehl_ps(t1, t0);  // mA0 mA1 mA2 mA3
-    const __m128 u0 = _mm_unpackhi_ps(dm[0], dm[1]);
+    const __m128 u0 = _mm_unpackhi_ps(dm[0], dm[1]);  // dB0 dB1 mB0 mB1
     const __m128 u1 = _mm_unpackhi_ps(dm[2], dm[3]);
+    da = _mm_movelh_ps(t0, t1);
+    db = _mm_movelh_ps(u0, u1);
+    const __m128 ma = _mm_movehl_ps(t1, t0);
     const __m128 mb = _mm_movehl_ps(u1, u0);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -280,19 +301,62 @@ __attribute__((always_inline)) inline void QuantPairStep(
             mb, _mm_broadcast_ss(sums + (b + 1) * l.ntp + t), s.accm[t]);
       }
     }
+  } else {                                            // dm = [dA, dB, 0, 0]
+    const __m128 t0 = _mm_unpacklo_ps(dm[0], dm[1]);  // dA0 dA1 dB0 dB1
+    const __m128 t1 = _mm_unpacklo_ps(dm[2], dm[3]);
+    da = _mm_movelh_ps(t0, t1);
+    db = _mm_movehl_ps(t1, t0);
+  }
+  const __m256 dw = _mm256_set_m128(db, da);
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const __m512i xv = _mm512_load_si512(xt[t] + p * 64);
+    __m512i xc = zero;
+    if constexpr (kType == DType::kQ4_0) {
+      xc = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
+    }
+    __m256i e[4];
+#pragma GCC unroll 8
+    for (int r = 0; r < 4; ++r) {
+      __m512i dot = zero;
+      if (r < R) {
+        if constexpr (kType == DType::kQ8_0) {
+          dot = _mm512_dpbusd_epi32(wc[r], xv, wv[r]);
+        } else if constexpr (kType == DType::kQ4_0) {
+          dot = _mm512_dpbusd_epi32(xc, wv[r], xv);
+        } else {
+          dot = _mm512_dpbusd_epi32(zero, wv[r], xv);
+        }
+      }
+      // [A 4 lanes | B 4 lanes]
+      e[r] = _mm256_add_epi32(_mm512_castsi512_si256(dot),
+                              _mm512_extracti64x4_epi64(dot, 1));
+    }
+    // [D_A rows 0..3 | D_B rows 0..3], exact.
+    const __m256i d = _mm256_hadd_epi32(_mm256_hadd_epi32(e[0], e[1]),
+                                        _mm256_hadd_epi32(e[2], e[3]));
+    const __m256 f = _mm256_cvtepi32_ps(d);
+    // [d_x,A x4 | d_x,B x4]
+    const __m256 dx = _mm256_load_ps(
+        reinterpret_cast<const float*>(xt[t] + l.np * 64) + p * 16);
+    const __m256 sc = _mm256_mul_ps(dw, dx);
+    s.acc[t] = _mm_fmadd_ps(_mm256_castps256_ps128(f),
+                            _mm256_castps256_ps128(sc), s.acc[t]);
+    if constexpr (kPair) {
+      s.acc[t] = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1),
+                              _mm256_extractf128_ps(sc, 1), s.acc[t]);
+    }
   }
 }
 
 template <DType kType, int R, int T>
 void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
                const Layout& l, int64_t t0, float* y, int64_t y_stride) {
-  QuantAcc<R, T> s;
+  QuantAcc<T> s;
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) s.accm[t] = _mm_setzero_ps();
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) s.acc[r][t] = _mm512_setzero_ps();
+  for (int t = 0; t < T; ++t) {
+    s.acc[t] = _mm_setzero_ps();
+    s.accm[t] = _mm_setzero_ps();
   }
   const uint8_t* xt[T];
 #pragma GCC unroll 8
@@ -311,16 +375,192 @@ void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
     QuantPairStep<kType, R, T, false>(s, rows, xt, sums, l, full_pairs,
                                       prefetch);
   }
-  alignas(16) float m[T][4];
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) _mm_store_ps(m[t], s.accm[t]);
+  for (int t = 0; t < T; ++t) {
+    __m128 v = s.acc[t];
+    if constexpr (kType == DType::kQ4_1) v = _mm_add_ps(v, s.accm[t]);
+    alignas(16) float out[4];
+    _mm_store_ps(out, v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) y[(t0 + t) * y_stride + r0 + r] = out[r];
+  }
+}
+
+// ---- Quantized kernels: token lanes -----------------------------------------
+
+// A row tile's weights unpacked for the token-lane kernel: per (row, block)
+// 32 int8 values (in the activation order), d_w, -128 * sum(w) and m (Q4_1),
+// for up to kSegBlocks blocks of kRowTile rows (on the stack: no heap).
+constexpr int64_t kSegBlocks = 128;
+struct Unpacked {
+  alignas(64) int8_t q[kRowTile * kSegBlocks * 32];
+  float d[kRowTile * kSegBlocks];
+  int32_t corr[kRowTile * kSegBlocks];
+  float m[kRowTile * kSegBlocks];
+};
+
+// Sum of 32 u8 values in two halves.
+inline int32_t SumU8(__m128i lo, __m128i hi) {
+  const __m128i s = _mm_add_epi64(_mm_sad_epu8(lo, _mm_setzero_si128()),
+                                  _mm_sad_epu8(hi, _mm_setzero_si128()));
+  return _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
+}
+
+template <DType kType>
+void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
+                Unpacked& u) {
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* row = w.row(r0 + r);
+    const int64_t base = r * kSegBlocks - b0;
+    for (int64_t b = b0; b < b1; ++b) {
+      if (b * kBlockBytes<kType> % 64 < kBlockBytes<kType>) {
+        _mm_prefetch(reinterpret_cast<const char*>(row) + 16 * w.row_bytes +
+                         b * kBlockBytes<kType>,
+                     _MM_HINT_T1);
+      }
+      __m128i lo, hi;
+      int32_t sum;
+      if constexpr (kType == DType::kQ8_0) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+        lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+        hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + 16));
+        sum = SumU8(_mm_xor_si128(lo, bias), _mm_xor_si128(hi, bias)) - 4096;
+        u.d[base + b] = Half(blk->d);
+      } else {
+        const uint8_t* qs;
+        if constexpr (kType == DType::kQ4_0) {
+          const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+          qs = blk->qs;
+          u.d[base + b] = Half(blk->d);
+        } else {
+          const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
+          qs = blk->qs;
+          u.d[base + b] = Half(blk->d);
+          u.m[base + b] = Half(blk->m);
+        }
+        const __m128i raw =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+        lo = _mm_and_si128(raw, mask);
+        hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+        sum = SumU8(lo, hi);
+        if constexpr (kType == DType::kQ4_0) {
+          const __m128i eight = _mm_set1_epi8(8);
+          lo = _mm_sub_epi8(lo, eight);
+          hi = _mm_sub_epi8(hi, eight);
+          sum -= 256;
+        }
+      }
+      auto* q = reinterpret_cast<__m128i*>(u.q + (base + b) * 32);
+      _mm_store_si128(q, lo);
+      _mm_store_si128(q + 1, hi);
+      u.corr[base + b] = -128 * sum;
+    }
+  }
+}
+
+// Blocks [b0, b1) of a row tile for one group of 16 tokens; the running
+// sums live in `state` ([0, R): acc, [4, 4 + R): Q4_1 minima terms) between
+// segments.
+template <DType kType, int R>
+void LaneTile(const Unpacked& u, int64_t b0, int64_t b1, const uint8_t* group,
+              __m512* state) {
+  __m512 acc[R], mt[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    acc[r] = state[r];
+    mt[r] = state[kRowTile + r];
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* xb = group + b * kLaneBlockBytes;
+    __m512i xv[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      float v = _mm512_reduce_add_ps(s.acc[r][t]);
-      if constexpr (kType == DType::kQ4_1) v += m[t][r];
-      y[(t0 + t) * y_stride + r0 + r] = v;
+    for (int g = 0; g < 8; ++g) xv[g] = _mm512_load_si512(xb + g * 64);
+    const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xb + 512));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = r * kSegBlocks + (b - b0);
+      const auto* wq = reinterpret_cast<const int32_t*>(u.q + i * 32);
+      __m512i c0 = _mm512_set1_epi32(u.corr[i]);
+      __m512i c1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; g += 2) {
+        c0 = _mm512_dpbusd_epi32(c0, xv[g], _mm512_set1_epi32(wq[g]));
+        c1 = _mm512_dpbusd_epi32(c1, xv[g + 1], _mm512_set1_epi32(wq[g + 1]));
+      }
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1));
+      acc[r] =
+          _mm512_fmadd_ps(f, _mm512_mul_ps(_mm512_set1_ps(u.d[i]), dx), acc[r]);
+      if constexpr (kType == DType::kQ4_1) {
+        mt[r] = _mm512_fmadd_ps(
+            _mm512_set1_ps(u.m[i]),
+            _mm512_load_ps(reinterpret_cast<const float*>(xb + 576)), mt[r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    state[r] = acc[r];
+    state[kRowTile + r] = mt[r];
+  }
+}
+
+template <DType kType>
+void LaneTileN(int nr, const Unpacked& u, int64_t b0, int64_t b1,
+               const uint8_t* group, __m512* state) {
+  switch (nr) {
+    case 4:
+      return LaneTile<kType, 4>(u, b0, b1, group, state);
+    case 3:
+      return LaneTile<kType, 3>(u, b0, b1, group, state);
+    case 2:
+      return LaneTile<kType, 2>(u, b0, b1, group, state);
+    default:
+      return LaneTile<kType, 1>(u, b0, b1, group, state);
+  }
+}
+
+// Row tiles of 4; for each, up to kGroupChunk token groups at a time sweep
+// the row tile's blocks in segments of kSegBlocks (one segment and one chunk
+// for most shapes, so each row is unpacked once).
+template <DType kType>
+void LaneRows(const MatMulArgs& a, const Layout& l, int64_t row_begin,
+              int64_t row_end) {
+  constexpr int64_t kGroupChunk = 16;
+  Unpacked u;
+  __m512 state[kGroupChunk][2 * kRowTile];
+  const int64_t n_groups = (a.n_tokens + kLanes - 1) / kLanes;
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
+    const int nr = static_cast<int>(std::min<int64_t>(kRowTile, row_end - r0));
+    for (int64_t g0 = 0; g0 < n_groups; g0 += kGroupChunk) {
+      const int64_t g1 = std::min(n_groups, g0 + kGroupChunk);
+      for (int64_t g = g0; g < g1; ++g) {
+        for (__m512& v : state[g - g0]) v = _mm512_setzero_ps();
+      }
+      for (int64_t b0 = 0; b0 < l.nb; b0 += kSegBlocks) {
+        const int64_t b1 = std::min(l.nb, b0 + kSegBlocks);
+        UnpackRows<kType>(*a.w, r0, nr, b0, b1, u);
+        for (int64_t g = g0; g < g1; ++g) {
+          LaneTileN<kType>(nr, u, b0, b1, a.xq + g * l.tok_bytes,
+                           state[g - g0]);
+        }
+      }
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t t0 = g * kLanes;
+        const int64_t nt = std::min<int64_t>(kLanes, a.n_tokens - t0);
+        for (int r = 0; r < nr; ++r) {
+          __m512 v = state[g - g0][r];
+          if constexpr (kType == DType::kQ4_1) {
+            v = _mm512_add_ps(v, state[g - g0][kRowTile + r]);
+          }
+          alignas(64) float out[kLanes];
+          _mm512_store_ps(out, v);
+          for (int64_t t = 0; t < nt; ++t) {
+            a.y[(t0 + t) * a.y_stride + r0 + r] = out[t];
+          }
+        }
+      }
     }
   }
 }
@@ -422,6 +662,9 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
       TileTable<kType>(std::make_integer_sequence<int, kRowTile>());
   Layout l = MakeLayout(kType, a.w->cols, a.n_tokens);
   l.row_bytes = a.w->row_bytes;
+  if constexpr (IsQuantized(kType)) {
+    if (l.lanes) return LaneRows<kType>(a, l, row_begin, row_end);
+  }
   // Rows are taken in chunks of ~128 KiB of weights (L2-resident); within a
   // chunk every token tile sweeps all row tiles, so a token tile's
   // activations stay in L1 while the chunk's weights are re-read from L2.

@@ -197,6 +197,32 @@ TEST(MatMulTest, BatchInvariantBitwise) {
   }
 }
 
+// Long rows (more blocks than one unpacked segment of the token-lane kernel)
+// and batches of more than 256 tokens (several chunks of token groups) still
+// match the reference and the one-token results bitwise.
+TEST(MatMulTest, LongRowsAndLargeBatches) {
+  constexpr int64_t kRows = 6, kCols = 32 * 261, kTokens = 290;
+  const std::vector<float> x = MakeActivations(kTokens, kCols, 17);
+  ThreadPool pool(2);
+  for (const IsaKernels* k : SupportedKernels()) {
+    for (DType type : {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0}) {
+      SCOPED_TRACE(std::string(k->name) + " " + DTypeName(type));
+      CheckAgainstReference(*k, type, kRows, kCols, kTokens, pool);
+      const TestWeights w = MakeWeights(type, kRows, kCols, 8);
+      std::vector<float> full(kTokens * kRows), one(kRows);
+      MatMulWith(*k, w.view, x.data(), kCols, kTokens, full.data(), kRows,
+                 pool);
+      for (int64_t t : {0, 15, 16, 255, 256, 289}) {
+        MatMulWith(*k, w.view, &x[t * kCols], kCols, 1, one.data(), kRows,
+                   pool);
+        ASSERT_EQ(
+            std::memcmp(one.data(), &full[t * kRows], kRows * sizeof(float)), 0)
+            << "t=" << t;
+      }
+    }
+  }
+}
+
 // GGML's quantizer never writes -128 into Q8_0, but a file may hold it; the
 // sign tricks of the SIMD paths must still get it right.
 TEST(MatMulTest, Q8_0ExtremeWeightsAndActivations) {
