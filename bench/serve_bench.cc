@@ -8,7 +8,9 @@
 //     from the scheduler's --step-log).
 //
 //   serve_bench [--model PATH] [--tokenizer PATH] [--threads N]
-//               [--chunk N] [--budget N] [--decode-tokens N]
+//               [--chunk N] [--budget N] [--decode-tokens N] [--itl-slowdown X]
+// Three configurations: chunked with the budget adapted to step costs
+// (--itl-slowdown, default 1.5), chunked with a fixed budget, chunking off.
 // The model defaults to the cached SmolLM2-135M-Instruct; its context must
 // hold the 2,048-token prompt.
 #include <algorithm>
@@ -34,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model, tokenizer, threads = "0";
   int chunk = 256, budget = 512, decode_tokens = 96;
+  double slowdown = 1.5;
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -118,10 +121,12 @@ std::vector<double> DecodeItls(const ServeInstance& serve, int decode_tokens,
 }
 
 std::unique_ptr<ServeInstance> Start(const Options& o, int chunk,
-                                     const std::string& step_log) {
+                                     const std::string& step_log,
+                                     double slowdown = 0) {
   std::vector<std::string> args = {"--model", o.model, "--chunk", absl::StrCat(chunk),
                                    "--budget", absl::StrCat(o.budget),
-                                   "--kv-memory", "1G"};
+                                   "--kv-memory", "1G", "--max-step-tokens", "4096",
+                                   "--itl-slowdown", absl::StrCat(slowdown)};
   if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
   if (o.threads != "0") args.insert(args.end(), {"--threads", o.threads});
   if (!step_log.empty()) args.insert(args.end(), {"--step-log", step_log});
@@ -133,8 +138,8 @@ std::unique_ptr<ServeInstance> Start(const Options& o, int chunk,
   return std::move(*s);
 }
 
-nlohmann::json PrefillInterference(const Options& o, int chunk) {
-  auto serve = Start(o, chunk, "");
+nlohmann::json PrefillInterference(const Options& o, int chunk, double slowdown) {
+  auto serve = Start(o, chunk, "", slowdown);
   if (!serve) return {{"error", "serve failed"}};
   auto stub = serve->Client();
   const std::string prompt = LongPrompt(stub.get(), 2048);
@@ -143,6 +148,7 @@ nlohmann::json PrefillInterference(const Options& o, int chunk) {
   std::vector<double> with = DecodeItls(*serve, o.decode_tokens, prompt);
   const double p99_base = Percentile(base, 0.99), p99_with = Percentile(with, 0.99);
   return {{"chunk", chunk},
+          {"itl_slowdown", slowdown},
           {"itl_p50_ms_no_prefill", Percentile(base, 0.5)},
           {"itl_p99_ms_no_prefill", p99_base},
           {"itl_p50_ms_with_prefill", Percentile(with, 0.5)},
@@ -201,6 +207,7 @@ int Main(int argc, char** argv) {
     else if (k == "--chunk") o.chunk = std::stoi(v);
     else if (k == "--budget") o.budget = std::stoi(v);
     else if (k == "--decode-tokens") o.decode_tokens = std::stoi(v);
+    else if (k == "--itl-slowdown") o.slowdown = std::stod(v);
   }
   if (o.model.empty()) {
     std::fprintf(stderr, "serve_bench: no model (cache SmolLM2 or pass --model)\n");
@@ -210,8 +217,9 @@ int Main(int argc, char** argv) {
   out["model"] = o.model;
   out["prefill_tokens"] = 2048;
   out["decode_streams"] = 8;
-  out["chunked"] = PrefillInterference(o, o.chunk);
-  out["unchunked"] = PrefillInterference(o, 0);
+  out["chunked_adaptive"] = PrefillInterference(o, o.chunk, o.slowdown);
+  out["chunked_fixed"] = PrefillInterference(o, o.chunk, 0);
+  out["unchunked"] = PrefillInterference(o, 0, 0);
   out["streaming"] = StreamedVsEngine(o);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

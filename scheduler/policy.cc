@@ -166,13 +166,21 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
 }
 
 int64_t Policy::ChunkFor(const Seq& s, int64_t budget,
-                         bool step_has_prefill) const {
+                         const StepPlan& plan) const {
   const int64_t remaining = s.target_prompt - s.prefilled;
+  const int64_t hard =
+      config_.max_step_tokens > 0
+          ? std::max<int64_t>(0, config_.max_step_tokens - plan.decode_tokens -
+                                     plan.prefill_tokens)
+          : remaining;
   if (config_.prefill_chunk > 0) {
-    return std::min({remaining, config_.prefill_chunk, budget});
+    return std::min({remaining, config_.prefill_chunk, budget, hard});
   }
-  // Chunking off: the whole prompt at once, over budget only when alone.
-  if (remaining <= budget || !step_has_prefill) return remaining;
+  // Chunking off: the whole prompt at once, over budget only when alone
+  // (split only where the hard cap leaves no choice).
+  if (remaining <= budget || plan.prefill_tokens == 0) {
+    return std::min(remaining, hard);
+  }
   return 0;
 }
 
@@ -181,7 +189,7 @@ void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
     Seq& s = seqs_.at(id);
     if (s.prefilled >= s.target_prompt) continue;
     if (budget <= 0 && config_.prefill_chunk > 0) break;
-    const int64_t n = ChunkFor(s, budget, plan.prefill_tokens > 0);
+    const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) continue;
     plan.items.push_back(
         {id, n, true, s.prefilled + n == s.target_prompt});
@@ -198,7 +206,7 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     Seq& s = seqs_.at(waiting_.front());
     const int64_t pages = PagesFor(s.target_prompt + 1);
     if (pages > free_pages_) break;  // strict FCFS: the head blocks the rest
-    const int64_t n = ChunkFor(s, budget, plan.prefill_tokens > 0);
+    const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) break;
     const SeqId id = waiting_.front();
     waiting_.erase(waiting_.begin());

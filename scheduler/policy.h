@@ -51,6 +51,9 @@ struct PolicyConfig {
   int64_t prefill_chunk = 256;      // most prompt tokens of one sequence per step
   int64_t max_running = 64;         // most sequences admitted at once
   int64_t max_waiting = 1024;       // bound of the waiting queue
+  // Hard cap on tokens in one step (the engine's max_step_tokens; 0 = none).
+  // Unlike the budget it also splits a prompt when chunking is off.
+  int64_t max_step_tokens = 0;
 };
 
 // The engine's KV pool as the policy sees it.
@@ -142,6 +145,11 @@ class Policy {
   int64_t preemptions() const { return preemptions_; }
   bool idle() const { return seqs_.empty() && to_release_.empty(); }
   const PolicyConfig& config() const { return config_; }
+  // Changes the per-step token budget from the next Plan() on (the shell
+  // adapts it to measured step costs). Values < 1 become 1.
+  void set_step_token_budget(int64_t budget) {
+    config_.step_token_budget = budget < 1 ? 1 : budget;
+  }
   const PoolGeometry& pool() const { return pool_; }
 
  private:
@@ -168,7 +176,7 @@ class Policy {
   void PlanPrefills(StepPlan& plan, int64_t& budget);
   void PlanAdmissions(StepPlan& plan, int64_t& budget);
   // Prefill tokens `s` may take now; 0 when it must wait.
-  int64_t ChunkFor(const Seq& s, int64_t budget, bool step_has_prefill) const;
+  int64_t ChunkFor(const Seq& s, int64_t budget, const StepPlan& plan) const;
   void Finish(SeqId id);
 
   PolicyConfig config_;

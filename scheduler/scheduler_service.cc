@@ -136,6 +136,7 @@ const std::vector<cli::FlagSpec>& SchedulerFlags() {
       {"chunk", true, "prefill chunk per sequence and step; 0 = chunking off (default 256)"},
       {"max-running", true, "most sequences running at once (default 64)"},
       {"max-queue", true, "waiting queue bound (default 1024)"},
+      {"itl-slowdown", true, "adapt the step budget so a step costs at most X times a decode-only step (fitted online; 0 = off)"},
       {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
       {"metrics-port", true, "reserved: /metrics port of this process"},
       {"config", true, "JSON config file (section \"scheduler\")"},
@@ -147,6 +148,12 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
   ShellOptions options;
   options.engine_target = args.String("engine", "127.0.0.1:50053");
   options.step_log_path = args.String("step-log", "");
+  auto slowdown = args.Double("itl-slowdown", 0);
+  if (!slowdown.ok() || *slowdown < 0) {
+    std::fprintf(stderr, "pdserve scheduler: --itl-slowdown must be a number >= 0\n");
+    return 2;
+  }
+  options.itl_slowdown = *slowdown;
   struct IntFlag { const char* name; int64_t* out; };
   int64_t port = 50052;
   for (IntFlag f : {IntFlag{"budget", &options.policy.step_token_budget},

@@ -39,8 +39,7 @@ SchedulerShell::SchedulerShell(ShellOptions options)
   next_id_ = (static_cast<uint64_t>(rd()) << 32) | 1;
   if (!options_.step_log_path.empty()) {
     step_log_ = std::fopen(options_.step_log_path.c_str(), "w");
-    ++steps_;
-  if (step_log_ != nullptr) {
+    if (step_log_ != nullptr) {
       std::fprintf(step_log_, "prefill_tokens,decode_seqs,step_ms\n");
     }
   }
@@ -124,6 +123,11 @@ bool SchedulerShell::ConnectEngine() {
   if (!s.ok()) return false;
   PolicyConfig config = options_.policy;
   config.max_running = std::min<int64_t>(config.max_running, info.max_batch());
+  if (info.max_step_tokens() > 0) {
+    config.max_step_tokens = info.max_step_tokens();
+    config.step_token_budget =
+        std::min<int64_t>(config.step_token_budget, info.max_step_tokens());
+  }
   policy_ = std::make_unique<Policy>(
       config, PoolGeometry{info.page_size(), info.total_pages(),
                            info.max_seq_len()});
@@ -306,7 +310,25 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
   requests_.erase(it);
 }
 
+void SchedulerShell::AdaptBudget() {
+  if (options_.itl_slowdown <= 1 || samples_.size() < 8) return;
+  if (steps_ % 8 == 0) {
+    auto fit = FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
+    if (fit.ok() && fit->prefill_token_ms > 0) cost_ = *fit;
+  }
+  if (!cost_.has_value()) return;
+  const int64_t decodes = policy_->running();
+  const double decode_ms = cost_->StepMs(0, decodes);
+  const double extra_ms = (options_.itl_slowdown - 1.0) * decode_ms;
+  const int64_t prefill = std::clamp<int64_t>(
+      static_cast<int64_t>(extra_ms / cost_->prefill_token_ms),
+      options_.min_prefill_chunk, options_.policy.step_token_budget);
+  policy_->set_step_token_budget(
+      std::min(options_.policy.step_token_budget, decodes + prefill));
+}
+
 void SchedulerShell::RunStep() {
+  AdaptBudget();
   StepPlan plan = policy_->Plan();
   ReleaseInEngine(plan.release);
   if (!engine_ready_) return;
@@ -341,6 +363,8 @@ void SchedulerShell::RunStep() {
     return;
   }
   ++steps_;
+  samples_.push_back({plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
+  if (samples_.size() > 256) samples_.pop_front();
   if (step_log_ != nullptr) {
     std::fprintf(step_log_, "%ld,%ld,%.3f\n", static_cast<long>(plan.prefill_tokens),
                  static_cast<long>(plan.decode_tokens), resp.step_ms());

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "pdserve/v1/scheduler.pb.h"
 #include "scheduler/policy.h"
+#include "scheduler/simulator.h"
 
 namespace pdserve::scheduler {
 
@@ -39,6 +41,11 @@ struct ShellOptions {
   std::string engine_target;   // host:port of the engine
   std::string step_log_path;   // CSV prefill_tokens,decode_seqs,step_ms (calibration)
   std::chrono::milliseconds step_deadline{120000};
+  // > 1: before each step, cap the token budget so that the predicted step
+  // time (a StepCostModel fitted online to recent steps) stays within this
+  // factor of a decode-only step; 0 = fixed budget.
+  double itl_slowdown = 0;
+  int64_t min_prefill_chunk = 16;  // prefill tokens always allowed per step
 };
 
 // Figures for GetStatus and health.
@@ -100,6 +107,8 @@ class SchedulerShell {
   bool AddToEngine(uint64_t id, Request& r);
   void ReleaseInEngine(const std::vector<SeqId>& ids);
   void PublishStatus();
+  // Sets the policy's budget from the fitted step cost (itl_slowdown).
+  void AdaptBudget();
 
   ShellOptions options_;
   std::unique_ptr<v1::Engine::Stub> engine_;
@@ -108,6 +117,8 @@ class SchedulerShell {
   std::FILE* step_log_ = nullptr;
   int64_t engine_pid_ = 0;  // loop thread only
   int64_t steps_ = 0;       // loop thread only
+  std::deque<StepSample> samples_;  // recent steps (loop thread only)
+  std::optional<StepCostModel> cost_;  // fitted to samples_
 
   mutable std::mutex mu_;  // guards the inbox, status and ids below
   std::condition_variable cv_;

@@ -97,7 +97,7 @@ int RunEngineProcess(const cli::CliArgs& args) {
   auto core = EngineCore::Create(shared, &pool, options);
   if (!core.ok()) return Fail("creating the engine", core.status());
 
-  EngineServiceImpl service(core->get(), name, "cpu");
+  EngineServiceImpl service(core->get(), name, "cpu", options.max_step_tokens);
   auto server = rpc::StartServer(args.String("host", "127.0.0.1"),
                                  static_cast<int>(*port), {&service});
   if (!server.ok()) return Fail("starting the server", server.status());

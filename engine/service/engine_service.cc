@@ -20,10 +20,12 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
 }
 
 EngineServiceImpl::EngineServiceImpl(EngineCore* core, std::string model_name,
-                                     std::string backend)
+                                     std::string backend,
+                                     int64_t max_step_tokens)
     : core_(core),
       model_name_(std::move(model_name)),
-      backend_(std::move(backend)) {}
+      backend_(std::move(backend)),
+      max_step_tokens_(max_step_tokens) {}
 
 grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
                                         const v1::GetInfoRequest*,
@@ -45,6 +47,7 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   resp->set_eos_id(config.eos_token_id);
   resp->set_backend(backend_);
   resp->set_pid(getpid());
+  resp->set_max_step_tokens(static_cast<int32_t>(max_step_tokens_));
   return grpc::Status::OK;
 }
 

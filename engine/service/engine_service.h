@@ -24,7 +24,7 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p);
 class EngineServiceImpl final : public v1::Engine::Service {
  public:
   EngineServiceImpl(EngineCore* core, std::string model_name,
-                    std::string backend);
+                    std::string backend, int64_t max_step_tokens);
 
   grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req,
                        v1::EngineInfo* resp) override;
@@ -41,6 +41,7 @@ class EngineServiceImpl final : public v1::Engine::Service {
   EngineCore* core_;
   std::string model_name_;
   std::string backend_;
+  int64_t max_step_tokens_;
   StepResult result_;  // reused across steps
   std::vector<StepPlanEntry> plan_;
 };

@@ -38,6 +38,8 @@ const std::vector<FlagSpec>& Flags() {
       {"kv-memory", true, "engine KV budget (fraction or bytes)"},
       {"page-size", true, "tokens per KV page"},
       {"max-sequences", true, "engine: sequences live at once"},
+      {"max-step-tokens", true, "engine: most tokens in one step"},
+      {"itl-slowdown", true, "scheduler: adapt the step budget so a step costs at most X times a decode-only step (0 = off)"},
       {"budget", true, "scheduler: tokens per step"},
       {"chunk", true, "scheduler: prefill chunk (0 = off)"},
       {"max-running", true, "scheduler: sequences running at once"},
@@ -167,13 +169,14 @@ int RunServe(int argc, char** argv) {
                           "--host", "127.0.0.1", "--port", engine_port,
                           "--metrics-port", metrics[2]}};
   Forward(*args, engine.args, {"threads", "kv-memory", "page-size",
-                               "max-sequences", "name", "config"});
+                               "max-sequences", "max-step-tokens", "name",
+                               "config"});
   Child sched{"scheduler", {"scheduler", "--engine",
                             absl::StrCat("127.0.0.1:", engine_port), "--host",
                             "127.0.0.1", "--port", scheduler_port,
                             "--metrics-port", metrics[1]}};
   Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
-                              "step-log", "config"});
+                              "step-log", "itl-slowdown", "config"});
   Child front{"frontend", {"frontend", "--model", args->String("model", ""),
                            "--scheduler",
                            absl::StrCat("127.0.0.1:", scheduler_port), "--host",

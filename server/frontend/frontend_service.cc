@@ -14,11 +14,11 @@ namespace pdserve::frontend {
 
 // One Generate call: the server stream to the client and the client stream
 // from the scheduler, in one object (deleted when both are done).
-class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                      public grpc::ClientReadReactor<v1::TokenEvent> {
  public:
-  GenerateCall(InferenceServiceImpl* service, const v1::GenerateRequest& req)
-      : service_(service), req_(req), start_(Clock::now()) {
+  GenerateCall(InferenceServiceImpl* service, const grpc::ByteBuffer& raw)
+      : service_(service), start_(Clock::now()) {
     ++service_->active_;
     if (service_->draining_) {
       refs_ = 1;
@@ -26,6 +26,21 @@ class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                                "the server is shutting down"));
       return;
     }
+    std::vector<grpc::Slice> slices;
+    std::string wire;
+    if (raw.Dump(&slices).ok()) {
+      for (const grpc::Slice& sl : slices) {
+        wire.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+    }
+    auto parsed = ParseGenerateRequest(wire);
+    if (!parsed.ok()) {
+      refs_ = 1;
+      CloseServer(rpc::ToGrpc(parsed.status()));
+      return;
+    }
+    req_ = std::move(*parsed);
+    const v1::GenerateRequest& req = req_;
     auto prepared = PrepareRequest(req, *service_->model_);
     if (!prepared.ok()) {
       refs_ = 1;
@@ -163,8 +178,10 @@ class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     CloseServerLocked(grpc::Status::OK);
   }
 
-  void QueueLocked(v1::GenerateResponse resp) {
-    out_.push_back(std::move(resp));
+  void QueueLocked(const v1::GenerateResponse& resp) {
+    const std::string bytes = resp.SerializeAsString();
+    grpc::Slice slice(bytes);
+    out_.emplace_back(&slice, 1);
     if (!writing_) {
       writing_ = true;
       StartWrite(&out_.front());
@@ -199,7 +216,7 @@ class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   std::atomic<int> refs_{1};
 
   std::mutex mu_;
-  std::deque<v1::GenerateResponse> out_;  // front in flight when writing_
+  std::deque<grpc::ByteBuffer> out_;  // front in flight when writing_
   bool writing_ = false, closing_ = false, server_finished_ = false;
   bool final_sent_ = false;
   grpc::Status close_status_;
@@ -209,8 +226,8 @@ InferenceServiceImpl::InferenceServiceImpl(const ModelContext* model,
                                            v1::Scheduler::Stub* scheduler)
     : model_(model), scheduler_(scheduler) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(
-    grpc::CallbackServerContext*, const v1::GenerateRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
+    grpc::CallbackServerContext*, const grpc::ByteBuffer* req) {
   return new GenerateCall(this, *req);
 }
 

@@ -20,14 +20,19 @@ namespace pdserve::frontend {
 // client goes away), Tokenize, Detokenize and ListModels. Thread-safe; the
 // model context and the scheduler stub must outlive it. The capacity
 // (model->max_seq_len) is read once at construction.
-class InferenceServiceImpl final : public v1::Inference::CallbackService {
+// Generate is registered raw (ByteBuffer in and out) so that a request whose
+// string fields hold invalid UTF-8, which protobuf refuses to parse, gets
+// INVALID_ARGUMENT naming the field and byte offset instead of a transport
+// error.
+class InferenceServiceImpl final
+    : public v1::Inference::WithRawCallbackMethod_Generate<
+          v1::Inference::CallbackService> {
  public:
   InferenceServiceImpl(const ModelContext* model,
                        v1::Scheduler::Stub* scheduler);
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* ctx,
-      const v1::GenerateRequest* req) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
                                      const v1::TokenizeRequest* req,
                                      v1::TokenizeResponse* resp) override;

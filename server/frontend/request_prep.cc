@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "server/tokenizer/unicode.h"
 
 namespace pdserve::frontend {
@@ -72,7 +73,57 @@ absl::StatusOr<std::string> RenderMessages(const v1::GenerateRequest& req,
   return model.chat_template->Render(messages, ChatRenderOptions());
 }
 
+// Finds invalid UTF-8 in the string fields of a serialized GenerateRequest
+// (field numbers from api.proto), parsed without UTF-8 checks.
+absl::Status FindInvalidUtf8(const std::string& wire) {
+  google::protobuf::UnknownFieldSet fields;
+  if (!fields.ParseFromString(wire)) return absl::OkStatus();
+  int message_index = 0, stop_index = 0;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = fields.field(i);
+    if (f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    std::string name;
+    switch (f.number()) {
+      case 1: name = "model"; break;
+      case 3: name = "prompt"; break;
+      case 6: name = absl::StrFormat("stop[%d]", stop_index++); break;
+      case 8: name = "request_id"; break;
+      case 2: {
+        const int m = message_index++;
+        google::protobuf::UnknownFieldSet msg;
+        if (!msg.ParseFromString(f.length_delimited())) continue;
+        for (int j = 0; j < msg.field_count(); ++j) {
+          const google::protobuf::UnknownField& g = msg.field(j);
+          static const char* kNames[] = {"", "role", "content", "name"};
+          if (g.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED ||
+              g.number() < 1 || g.number() > 3) {
+            continue;
+          }
+          if (auto s = CheckUtf8(absl::StrFormat("messages[%d].%s", m,
+                                                 kNames[g.number()]),
+                                 g.length_delimited());
+              !s.ok()) {
+            return s;
+          }
+        }
+        continue;
+      }
+      default: continue;
+    }
+    if (auto s = CheckUtf8(name, f.length_delimited()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& wire) {
+  v1::GenerateRequest req;
+  if (req.ParseFromString(wire)) return req;
+  if (absl::Status s = FindInvalidUtf8(wire); !s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "malformed GenerateRequest (%d bytes)", wire.size()));
+}
 
 absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
     const std::string& tokenizer_path, const std::string& name) {

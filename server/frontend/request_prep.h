@@ -39,6 +39,12 @@ struct PreparedRequest {
   std::vector<int32_t> stop_ids;
 };
 
+// Parses a serialized GenerateRequest. When protobuf refuses it, finds the
+// string field with invalid UTF-8 and returns INVALID_ARGUMENT naming it
+// ("messages[1].content: invalid UTF-8 at byte offset 4 (byte 0xFF)"), or
+// INVALID_ARGUMENT "malformed request" with its size.
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& wire);
+
 // Builds the model context: loads the tokenizer from `tokenizer_path` and
 // compiles the chat template the vocabulary carries (ChatML when none).
 absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(

@@ -180,13 +180,22 @@ TEST_F(ServeTest, BadInputIsRejectedWithTheNumbers) {
     EXPECT_EQ(r.status.error_code(), c.code) << c.what << ": " << r.status.error_message();
     EXPECT_THAT(r.status.error_message(), HasSubstr(c.message)) << c.what;
   }
-  // Invalid UTF-8 never reaches the model: protobuf refuses it in a string
-  // field (INTERNAL "failed to parse" / serialization error) or the front end
-  // names the byte offset (INVALID_ARGUMENT).
+  // Invalid UTF-8 (the C++ client sends it, logging a protobuf error): the
+  // front end names the field and the byte offset.
   v1::GenerateRequest bad = RawPrompt("Once upon a \xff\xfe time", 8);
   GenerateResult r = Generate(client_.get(), bad);
-  EXPECT_FALSE(r.status.ok());
-  EXPECT_TRUE(r.token_ids.empty());
+  EXPECT_EQ(r.status.error_code(), kInvalid) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("prompt: invalid UTF-8 at byte offset 12"));
+  v1::GenerateRequest bad_chat = RawPrompt("", 8);
+  bad_chat.add_messages()->set_role("system");
+  bad_chat.mutable_messages(0)->set_content("fine");
+  bad_chat.add_messages()->set_role("user");
+  bad_chat.mutable_messages(1)->set_content("caf\xc3");
+  r = Generate(client_.get(), bad_chat);
+  EXPECT_EQ(r.status.error_code(), kInvalid) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("messages[1].content: invalid UTF-8 at byte offset 3"));
   // Still serving.
   GenerateResult ok = Generate(client_.get(), RawPrompt("Once upon a time", 8));
   EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();

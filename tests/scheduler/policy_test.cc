@@ -90,6 +90,25 @@ TEST(PolicyTest, ChunkingOffPrefillsWholePromptAndOverrunsBudgetAlone) {
   EXPECT_EQ(d.Step(), "-C +D | A1 D3p");
 }
 
+TEST(PolicyTest, HardStepCapSplitsEvenWithChunkingOff) {
+  Driver d({.step_token_budget = 6, .prefill_chunk = 0, .max_step_tokens = 8},
+           Pool(4, 100, 64));
+  d.Submit('A', 2, 4);
+  EXPECT_EQ(d.Step(), "+A | A2p");
+  d.Submit('B', 10, 1);
+  // The engine takes at most 8 tokens a step: B's prompt is split after all.
+  EXPECT_THAT(d.Steps(2), ElementsAre("+B | A1 B7p", "| A1 B3p"));
+}
+
+TEST(PolicyTest, BudgetCanBeChangedBetweenSteps) {
+  Driver d({.step_token_budget = 16, .prefill_chunk = 16}, Pool(4, 100, 64));
+  d.Submit('A', 2, 8);
+  EXPECT_EQ(d.Step(), "+A | A2p");
+  d.Submit('B', 20, 1);
+  d.policy.set_step_token_budget(5);  // the shell adapts it to step costs
+  EXPECT_THAT(d.Steps(2), ElementsAre("+B | A1 B4p", "| A1 B4p"));
+}
+
 TEST(PolicyTest, ChunkingOnKeepsDecodeStepsSmall) {
   Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 2, 4);
