@@ -10,6 +10,7 @@
 //       token): the kernels' share of a forward pass, as tokens/s
 // PDSERVE_ISA=scalar|avx2|avx512 lowers the SIMD level.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -209,6 +210,27 @@ void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
   state.SetLabel(MatMulIsa());
 }
 
+// log(sum exp) over a SmolLM2 vocabulary of logits: the SIMD LogSumExp
+// against the scalar std::exp loop a sampler would otherwise run.
+void LogSumExpBench(benchmark::State& state, bool simd) {
+  std::vector<float> x = RandomVec(49152);
+  for (float& v : x) v *= 4.0f;
+  for (auto _ : state) {
+    float r;
+    if (simd) {
+      r = LogSumExp(x.data(), static_cast<int64_t>(x.size()));
+    } else {
+      float max = x[0];
+      for (float v : x) max = std::max(max, v);
+      float sum = 0.0f;
+      for (float v : x) sum += std::exp(v - max);
+      r = max + std::log(sum);
+    }
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetLabel(simd ? MatMulIsa() : "std::exp");
+}
+
 struct Shape {
   int64_t rows, cols;
 };
@@ -231,6 +253,12 @@ void Register() {
           ->MinTime(0.5)
           ->UseRealTime();
     }
+  }
+  for (bool simd : {true, false}) {
+    benchmark::RegisterBenchmark(
+        simd ? "BM_LogSumExp/49152" : "BM_LogSumExpScalarExp/49152",
+        [=](benchmark::State& s) { LogSumExpBench(s, simd); })
+        ->Unit(benchmark::kMicrosecond);
   }
   for (int threads : {1, 2}) {
     for (int64_t mib : {96, 1024}) {

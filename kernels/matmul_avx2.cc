@@ -452,11 +452,50 @@ void Softmax(float* x, int64_t n) {
   }
 }
 
+// The exps are summed in f64 (no error growth with n); NaN anywhere gives
+// NaN, a max of +-inf gives that infinity.
+float LogSumExp(const float* x, int64_t n) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (n <= 0) return neg_inf;
+  __m256 vmax = _mm256_set1_ps(neg_inf);
+  __m256 nan = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    const __m256 v = _mm256_maskload_ps(x + i, m);  // 0 outside the mask
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(neg_inf), v,
+                                                _mm256_castsi256_ps(m)));
+  }
+  if (_mm256_movemask_ps(nan) != 0) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  __m128 h =
+      _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float max_s = _mm_cvtss_f32(h);
+  if (std::isinf(max_s)) return max_s;
+  const __m256 max = _mm256_set1_ps(max_s);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    const __m256 e =
+        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)),
+                      _mm256_castsi256_ps(m));
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(s0, s1));
+  return LogSumExpFinish(max_s, (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
+}
+
 }  // namespace
 
 const IsaKernels& Avx2Kernels() {
-  static const IsaKernels k{"avx2", kRowTile, &PreparedBytes, &Prepare, &Rows,
-                            &Dot,   &Axpy,    &SwiGlu,        &Softmax};
+  static const IsaKernels k{"avx2",   kRowTile,  &PreparedBytes, &Prepare,
+                            &Rows,    &Dot,      &Axpy,          &SwiGlu,
+                            &Softmax, &LogSumExp};
   return k;
 }
 

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -793,11 +794,41 @@ void Softmax(float* x, int64_t n) {
   }
 }
 
+// The exps are summed in f64 (no error growth with n); NaN anywhere gives
+// NaN, a max of +-inf gives that infinity.
+float LogSumExp(const float* x, int64_t n) {
+  if (n <= 0) return -std::numeric_limits<float>::infinity();
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+  }
+  if (nan != 0) return std::numeric_limits<float>::quiet_NaN();
+  const float max_s = _mm512_reduce_max_ps(vmax);
+  if (std::isinf(max_s)) return max_s;
+  const __m512 max = _mm512_set1_ps(max_s);
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(
+        m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), max)));
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    s1 =
+        _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                              _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  return LogSumExpFinish(max_s, _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
+}
+
 }  // namespace
 
 const IsaKernels& Avx512Kernels() {
-  static const IsaKernels k{"avx512", kRowTile, &PreparedBytes, &Prepare, &Rows,
-                            &Dot,     &Axpy,    &SwiGlu,        &Softmax};
+  static const IsaKernels k{"avx512", kRowTile,  &PreparedBytes, &Prepare,
+                            &Rows,    &Dot,      &Axpy,          &SwiGlu,
+                            &Softmax, &LogSumExp};
   return k;
 }
 

@@ -78,11 +78,18 @@ struct IsaKernels {
   // wherever it sits in the array (the tail is masked, not scalar).
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
   void (*softmax)(float* x, int64_t n);
+  // log(sum_i exp(x[i])) (see LogSumExp in ops.h).
+  float (*log_sum_exp)(const float* x, int64_t n);
 };
 
 // Scalar element-wise ops (ops.cc), the fallback entries of the table.
 void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
 void SoftmaxScalar(float* x, int64_t n);
+float LogSumExpScalar(const float* x, int64_t n);
+// max + log(sum_exp) in double, as a float; sum_exp = sum of exp(x[i] - max).
+inline float LogSumExpFinish(float max, double sum_exp) {
+  return static_cast<float>(static_cast<double>(max) + std::log(sum_exp));
+}
 
 const IsaKernels& ScalarKernels();
 // These two exist only on x86-64 builds; callers check CPU support first.

@@ -117,9 +117,9 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 }  // namespace
 
 const IsaKernels& ScalarKernels() {
-  static const IsaKernels k{"scalar",      4,    &PreparedBytes, &Prepare,
-                            &Rows,         &Dot, &Axpy,          &SwiGluScalar,
-                            &SoftmaxScalar};
+  static const IsaKernels k{
+      "scalar", 4,     &PreparedBytes, &Prepare,       &Rows,
+      &Dot,     &Axpy, &SwiGluScalar,  &SoftmaxScalar, &LogSumExpScalar};
   return k;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/matmul_internal.h"
 
@@ -80,7 +81,24 @@ void SoftmaxScalar(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+float LogSumExpScalar(const float* x, int64_t n) {
+  if (n <= 0) return -std::numeric_limits<float>::infinity();
+  float max = x[0];
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return x[i];
+    max = std::max(max, x[i]);
+  }
+  if (std::isinf(max)) return max;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - max);
+  return LogSumExpFinish(max, sum);
+}
+
 }  // namespace kernels_internal
+
+float LogSumExp(const float* x, int64_t n) {
+  return kernels_internal::ActiveKernels().log_sum_exp(x, n);
+}
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   kernels_internal::ActiveKernels().swiglu(gate, up, n, out);

@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -148,6 +149,50 @@ TEST(OpsTest, SwiGluAndSoftmaxEveryLevel) {
       }
     }
   }
+}
+
+// log(sum exp x) in double, shifted by the max.
+double NaiveLogSumExp(const std::vector<float>& x) {
+  double max = -INFINITY;
+  for (float v : x) max = std::max(max, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : x) sum += std::exp(static_cast<double>(v) - max);
+  return max + std::log(sum);
+}
+
+TEST(OpsTest, LogSumExpEveryLevel) {
+  for (const auto* k : kernels_internal::SupportedKernels()) {
+    SCOPED_TRACE(k->name);
+    // Lengths with every SIMD tail, a vocabulary (49152) and 2^17; scales
+    // from flat to peaked logits, offsets far from zero.
+    for (int64_t n : {1, 2, 7, 15, 16, 17, 33, 1000, 49152, 131072}) {
+      for (float scale : {0.01f, 1.0f, 8.0f, 30.0f}) {
+        for (float offset : {0.0f, -40.0f, 55.5f}) {
+          std::vector<float> x = Random(n, static_cast<uint32_t>(n) + 3, scale);
+          for (float& v : x) v += offset;
+          const double want = NaiveLogSumExp(x);
+          const float got = k->log_sum_exp(x.data(), n);
+          ASSERT_NEAR(got, want, 1e-6 * (1.0 + std::fabs(want)))
+              << "n=" << n << " scale=" << scale << " offset=" << offset;
+        }
+      }
+    }
+    const float inf = INFINITY;
+    std::vector<float> x = {1.0f, -inf, 2.0f, -inf};
+    EXPECT_NEAR(k->log_sum_exp(x.data(), 4),
+                std::log(std::exp(1.0) + std::exp(2.0)), 1e-6);
+    x = {-inf, -inf, -inf};
+    EXPECT_EQ(k->log_sum_exp(x.data(), 3), -inf);
+    x = {0.0f, inf, 1.0f};
+    EXPECT_EQ(k->log_sum_exp(x.data(), 3), inf);
+    x = {0.0f, 1.0f, NAN, 2.0f};
+    EXPECT_TRUE(std::isnan(k->log_sum_exp(x.data(), 4)));
+    EXPECT_EQ(k->log_sum_exp(x.data(), 0), -inf);
+  }
+  // The public entry point uses the active level.
+  const std::vector<float> x = Random(100, 5, 3.0f);
+  EXPECT_EQ(LogSumExp(x.data(), 100),
+            kernels_internal::ActiveKernels().log_sum_exp(x.data(), 100));
 }
 
 TEST(OpsTest, DotAndAxpyEveryLevel) {
