@@ -14,6 +14,7 @@ enum class Architecture {
   kLlama,  // Llama 1/2/3, SmolLM2, llama2.c checkpoints
   kQwen3,  // Qwen3 dense: per-head RMSNorm on q and k
   kQwen3Moe,  // Qwen3 MoE: Qwen3 attention, top-k routed SwiGLU experts
+  kQwen35,    // Qwen3.5 text: Gated DeltaNet layers + gated full attention
 };
 
 // Plain value type; filled by the model loaders, read by the forward pass,
@@ -47,6 +48,51 @@ struct ModelConfig {
   bool norm_topk_prob = true;         // renormalise the top-k probabilities
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+
+  // Hybrid linear attention (kQwen35). linear_layers[l] is true for a Gated
+  // DeltaNet layer (HF layer_types "linear_attention"); empty = none.
+  std::vector<bool> linear_layers;
+  int64_t linear_num_k_heads = 0;
+  int64_t linear_num_v_heads = 0;
+  int64_t linear_k_head_dim = 0;
+  int64_t linear_v_head_dim = 0;
+  int64_t linear_conv_kernel = 0;  // causal depthwise conv width
+  // Full attention: q_proj yields [q | gate] per head; out *= sigmoid(gate).
+  bool attn_output_gate = false;
+  // mRoPE sections (pairs of rotated dims for t, h, w; Qwen3.5 interleaves
+  // h and w into the t frequencies). Empty = plain RoPE.
+  std::vector<int64_t> mrope_sections;
+
+  bool IsLinearLayer(int64_t layer) const {
+    return layer < static_cast<int64_t>(linear_layers.size()) &&
+           linear_layers[layer];
+  }
+  int64_t num_linear_layers() const {
+    int64_t n = 0;
+    for (bool b : linear_layers) n += b ? 1 : 0;
+    return n;
+  }
+  int64_t linear_key_dim() const {
+    return linear_num_k_heads * linear_k_head_dim;
+  }
+  int64_t linear_value_dim() const {
+    return linear_num_v_heads * linear_v_head_dim;
+  }
+  // Channels of the causal conv: q, k and v concatenated.
+  int64_t linear_conv_dim() const {
+    return 2 * linear_key_dim() + linear_value_dim();
+  }
+  // Per linear layer and sequence: conv state [conv_dim][kernel - 1] and
+  // recurrent state [v_heads][k_head_dim][v_head_dim] (floats).
+  int64_t conv_state_floats() const {
+    return linear_conv_dim() * (linear_conv_kernel - 1);
+  }
+  int64_t recurrent_state_floats() const {
+    return linear_num_v_heads * linear_k_head_dim * linear_v_head_dim;
+  }
+  int64_t linear_state_floats() const {
+    return num_linear_layers() * (conv_state_floats() + recurrent_state_floats());
+  }
 
   int64_t q_dim() const { return num_heads * head_dim; }
   bool IsMoeLayer(int64_t layer) const {

@@ -22,7 +22,7 @@ struct ExpertWeights {
 // output features). Norm vectors are f32 of their stated length.
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [hidden_size]
-  WeightView wq;                     // [q_dim][hidden_size]
+  WeightView wq;  // [q_dim][hidden_size]; [2 * q_dim] with attn_output_gate
   WeightView wk;                     // [kv_dim][hidden_size]
   WeightView wv;                     // [kv_dim][hidden_size]
   WeightView wo;                     // [hidden_size][q_dim]
@@ -35,6 +35,17 @@ struct LayerWeights {
   // MoE layers (ModelConfig::IsMoeLayer) instead of w_gate/w_up/w_down:
   WeightView router;                  // [num_experts][hidden_size]
   std::vector<ExpertWeights> experts;  // [num_experts]
+  // Gated DeltaNet layers (ModelConfig::IsLinearLayer) instead of wq..wo
+  // (shapes in ModelConfig's linear_* terms):
+  WeightView lin_qkv;   // [conv_dim][hidden]: q | k | v
+  WeightView lin_z;     // [value_dim][hidden] output-gate input
+  WeightView lin_b;     // [v_heads][hidden] -> beta = sigmoid(b)
+  WeightView lin_a;     // [v_heads][hidden] -> decay input
+  WeightView lin_out;   // [hidden][value_dim]
+  const float* lin_conv = nullptr;     // [conv_dim][conv_kernel]
+  const float* lin_dt_bias = nullptr;  // [v_heads]
+  const float* lin_a_log = nullptr;    // [v_heads]
+  const float* lin_norm = nullptr;     // [v_head_dim] gated RMSNorm weight
 };
 
 // A complete model: config plus weights. Owns the backing storage (file

@@ -228,9 +228,12 @@ absl::StatusOr<Architecture> HfArchitecture(const json& j,
     return Architecture::kQwen3;
   if (arch == "Qwen3MoeForCausalLM" || arch == "qwen3_moe")
     return Architecture::kQwen3Moe;
+  if (arch == "Qwen3_5ForCausalLM" || arch == "qwen3_5_text")
+    return Architecture::kQwen35;
   return absl::UnimplementedError(absl::StrCat(
       source, ": architecture '", arch, "' is not supported (supported: ",
-      "LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)"));
+      "LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, ",
+      "Qwen3_5ForCausalLM)"));
 }
 
 // Features of the config we do not implement are errors, not silent drift.
@@ -264,10 +267,11 @@ absl::Status CheckHfUnsupported(const json& j, const std::string& source) {
   }
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
     for (const json& t : j["layer_types"]) {
-      if (t != "full_attention") {
+      if (t != "full_attention" && t != "linear_attention") {
         return absl::UnimplementedError(
             absl::StrCat(source, ": layer type ", t.dump(),
-                         " is not supported (full_attention only)"));
+                         " is not supported (full_attention, ",
+                         "linear_attention only)"));
       }
     }
   }
@@ -314,6 +318,61 @@ absl::Status MoeFromHfJson(const json& j, const std::string& source,
   return absl::OkStatus();
 }
 
+// Qwen3_5TextConfig: Gated DeltaNet shapes, the layer pattern (layer_types,
+// else every full_attention_interval-th layer is full attention), output-
+// gated attention, partial RoPE (default 0.25) and mRoPE sections.
+absl::Status HybridFromHfJson(const json& j, const std::string& source,
+                              ModelConfig& c) {
+  PDSERVE_ASSIGN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
+  PDSERVE_ASSIGN(c.linear_num_k_heads,
+                 JsonInt(j, source, "linear_num_key_heads", 16));
+  PDSERVE_ASSIGN(c.linear_num_v_heads,
+                 JsonInt(j, source, "linear_num_value_heads", 32));
+  PDSERVE_ASSIGN(c.linear_k_head_dim,
+                 JsonInt(j, source, "linear_key_head_dim", 128));
+  PDSERVE_ASSIGN(c.linear_v_head_dim,
+                 JsonInt(j, source, "linear_value_head_dim", 128));
+  PDSERVE_ASSIGN(c.linear_conv_kernel,
+                 JsonInt(j, source, "linear_conv_kernel_dim", 4));
+  c.attn_output_gate = true;
+  c.linear_layers.assign(c.num_layers, false);
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    if (static_cast<int64_t>(j["layer_types"].size()) != c.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": layer_types has ", j["layer_types"].size(),
+          " entries for ", c.num_layers, " layers"));
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      c.linear_layers[l] = j["layer_types"][l] == "linear_attention";
+    }
+  } else {
+    int64_t interval;
+    PDSERVE_ASSIGN(interval, JsonInt(j, source, "full_attention_interval", 4));
+    if (interval < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": full_attention_interval = ", interval));
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      c.linear_layers[l] = (l + 1) % interval != 0;
+    }
+  }
+  const json& rope =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object()
+          ? j["rope_parameters"]
+          : j;
+  c.mrope_sections.clear();
+  if (rope.contains("mrope_section") && rope["mrope_section"].is_array()) {
+    for (const json& v : rope["mrope_section"]) {
+      if (!v.is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": mrope_section holds ", v.dump()));
+      }
+      c.mrope_sections.push_back(v.get<int64_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
@@ -331,6 +390,16 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
   c.qk_norm = c.arch != Architecture::kLlama;
   if (c.arch == Architecture::kQwen3Moe) {
     if (absl::Status s = MoeFromHfJson(j, source, c); !s.ok()) return s;
+  }
+  if (c.arch == Architecture::kQwen35) {
+    if (absl::Status s = HybridFromHfJson(j, source, c); !s.ok()) return s;
+  } else if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const json& t : j["layer_types"]) {
+      if (t != "full_attention") {
+        return absl::UnimplementedError(absl::StrCat(
+            source, ": layer type ", t.dump(), " needs Qwen3_5ForCausalLM"));
+      }
+    }
   }
   PDSERVE_ASSIGN(c.vocab_size, JsonInt(j, source, "vocab_size"));
   PDSERVE_ASSIGN(c.hidden_size, JsonInt(j, source, "hidden_size"));
@@ -352,7 +421,9 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
           ? j["rope_parameters"]
           : j;
   double partial, theta, eps;
-  PDSERVE_ASSIGN(partial, JsonFloat(j, source, "partial_rotary_factor", 1.0));
+  PDSERVE_ASSIGN(partial,
+                 JsonFloat(j, source, "partial_rotary_factor",
+                           c.arch == Architecture::kQwen35 ? 0.25 : 1.0));
   PDSERVE_ASSIGN(partial,
                  JsonFloat(rope, source, "partial_rotary_factor", partial));
   c.rope_dims = static_cast<int64_t>(c.head_dim * partial);

@@ -59,6 +59,25 @@ KindNames NamesOf(WeightKind kind) {
       return {"ffn_up_exps.weight", "mlp.experts.gate_up_proj", "", true};
     case WeightKind::kFfnDownExps:
       return {"ffn_down_exps.weight", "mlp.experts.down_proj", "", true};
+    // llama.cpp qwen35 names.
+    case WeightKind::kLinQkv:
+      return {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", "", true};
+    case WeightKind::kLinZ:
+      return {"attn_gate.weight", "linear_attn.in_proj_z.weight", "", true};
+    case WeightKind::kLinB:
+      return {"ssm_beta.weight", "linear_attn.in_proj_b.weight", "", true};
+    case WeightKind::kLinA:
+      return {"ssm_alpha.weight", "linear_attn.in_proj_a.weight", "", true};
+    case WeightKind::kLinConv:
+      return {"ssm_conv1d.weight", "linear_attn.conv1d.weight", "", true};
+    case WeightKind::kLinDtBias:
+      return {"ssm_dt.bias", "linear_attn.dt_bias", "", true};
+    case WeightKind::kLinALog:
+      return {"ssm_a", "linear_attn.A_log", "", true};
+    case WeightKind::kLinNorm:
+      return {"ssm_norm.weight", "linear_attn.norm.weight", "", true};
+    case WeightKind::kLinOut:
+      return {"ssm_out.weight", "linear_attn.out_proj.weight", "", true};
   }
   return {"?", "?", "?", false};
 }

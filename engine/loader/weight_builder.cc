@@ -107,8 +107,10 @@ class Builder {
   }
 
   absl::StatusOr<const float*> Vector(WeightKind kind, int64_t layer, int64_t n,
-                                      const char* what) {
-    absl::StatusOr<RawTensor> t = Fetch(kind, layer, {n}, what);
+                                      const char* what,
+                                      std::vector<int64_t> shape = {}) {
+    if (shape.empty()) shape = {n};
+    absl::StatusOr<RawTensor> t = Fetch(kind, layer, shape, what);
     if (!t.ok()) return t.status();
     w_.weight_bytes += n * static_cast<int64_t>(sizeof(float));
     if (t->type == DType::kF32 &&
@@ -133,6 +135,15 @@ class Builder {
   }
 
   absl::Status Layer(int64_t l, LayerWeights& lw);
+  absl::Status Linear(int64_t l, LayerWeights& lw);
+  absl::Status Attention(int64_t l, LayerWeights& lw);
+  // Zero-centred RMSNorm weights (Qwen3.5: x_normed * (1 + w)) as 1 + w.
+  const float* PlusOne(const float* w, int64_t n) {
+    auto owned = std::make_shared<std::vector<float>>(n);
+    for (int64_t i = 0; i < n; ++i) (*owned)[i] = 1.0f + w[i];
+    w_.storage.push_back(owned);
+    return owned->data();
+  }
   absl::Status Experts(int64_t l, LayerWeights& lw);
   absl::Status Build();
 
@@ -153,8 +164,62 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
   const int64_t h = c.hidden_size, ff = c.intermediate_size;
   using K = WeightKind;
   PDSERVE_ASSIGN(lw.attn_norm, Vector(K::kAttnNorm, l, h, "hidden_size"));
-  PDSERVE_ASSIGN(lw.wq, Matrix(K::kAttnQ, l, c.q_dim(), h,
-                               "num_heads*head_dim x hidden_size"));
+  if (c.IsLinearLayer(l)) {
+    if (absl::Status s = Linear(l, lw); !s.ok()) return s;
+  } else {
+    if (absl::Status s = Attention(l, lw); !s.ok()) return s;
+  }
+  PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
+  if (c.arch == Architecture::kQwen35) {
+    lw.attn_norm = PlusOne(lw.attn_norm, h);
+    lw.ffn_norm = PlusOne(lw.ffn_norm, h);
+  }
+  if (c.IsMoeLayer(l)) return Experts(l, lw);
+  PDSERVE_ASSIGN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
+                                   "intermediate_size x hidden_size"));
+  PDSERVE_ASSIGN(
+      lw.w_up, Matrix(K::kFfnUp, l, ff, h, "intermediate_size x hidden_size"));
+  PDSERVE_ASSIGN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
+                                   "hidden_size x intermediate_size"));
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Linear(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t h = c.hidden_size, nv = c.linear_num_v_heads;
+  const int64_t conv = c.linear_conv_dim(), vdim = c.linear_value_dim();
+  using K = WeightKind;
+  PDSERVE_ASSIGN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
+                                    "2*key_dim+value_dim x hidden_size"));
+  PDSERVE_ASSIGN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
+                                  "value_dim x hidden_size"));
+  PDSERVE_ASSIGN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
+                                  "linear_num_value_heads x hidden_size"));
+  PDSERVE_ASSIGN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
+                                  "linear_num_value_heads x hidden_size"));
+  PDSERVE_ASSIGN(lw.lin_out, Matrix(K::kLinOut, l, h, vdim,
+                                    "hidden_size x value_dim"));
+  PDSERVE_ASSIGN(lw.lin_conv,
+                 Vector(K::kLinConv, l, conv * c.linear_conv_kernel,
+                        "conv_dim x 1 x conv_kernel",
+                        {conv, 1, c.linear_conv_kernel}));
+  PDSERVE_ASSIGN(lw.lin_dt_bias, Vector(K::kLinDtBias, l, nv,
+                                        "linear_num_value_heads"));
+  PDSERVE_ASSIGN(lw.lin_a_log, Vector(K::kLinALog, l, nv,
+                                      "linear_num_value_heads"));
+  PDSERVE_ASSIGN(lw.lin_norm, Vector(K::kLinNorm, l, c.linear_v_head_dim,
+                                     "linear_value_head_dim"));
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Attention(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t h = c.hidden_size;
+  using K = WeightKind;
+  PDSERVE_ASSIGN(lw.wq, Matrix(K::kAttnQ, l,
+                               c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(),
+                               h, "num_heads*head_dim (x2 with output gate) "
+                               "x hidden_size"));
   PDSERVE_ASSIGN(lw.wk, Matrix(K::kAttnK, l, c.kv_dim(), h,
                                "num_kv_heads*head_dim x hidden_size"));
   PDSERVE_ASSIGN(lw.wv, Matrix(K::kAttnV, l, c.kv_dim(), h,
@@ -164,15 +229,11 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
   if (c.qk_norm) {
     PDSERVE_ASSIGN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
     PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
+    if (c.arch == Architecture::kQwen35) {
+      lw.q_norm = PlusOne(lw.q_norm, c.head_dim);
+      lw.k_norm = PlusOne(lw.k_norm, c.head_dim);
+    }
   }
-  PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
-  if (c.IsMoeLayer(l)) return Experts(l, lw);
-  PDSERVE_ASSIGN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
-                                   "intermediate_size x hidden_size"));
-  PDSERVE_ASSIGN(
-      lw.w_up, Matrix(K::kFfnUp, l, ff, h, "intermediate_size x hidden_size"));
-  PDSERVE_ASSIGN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
-                                   "hidden_size x intermediate_size"));
   return absl::OkStatus();
 }
 
@@ -208,6 +269,9 @@ absl::Status Builder::Build() {
   }
   PDSERVE_ASSIGN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
                                         c.hidden_size, "hidden_size"));
+  if (c.arch == Architecture::kQwen35) {
+    w_.output_norm = PlusOne(w_.output_norm, c.hidden_size);
+  }
   if (c.tied_embeddings) {
     w_.lm_head = w_.token_embedding;
   } else {

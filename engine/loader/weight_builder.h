@@ -37,6 +37,16 @@ enum class WeightKind {
   kFfnGateExps,
   kFfnUpExps,
   kFfnDownExps,
+  // Gated DeltaNet (Qwen3.5 linear_attn.*).
+  kLinQkv,
+  kLinZ,
+  kLinB,
+  kLinA,
+  kLinConv,    // [conv_dim][1][kernel]
+  kLinDtBias,
+  kLinALog,
+  kLinNorm,
+  kLinOut,
 };
 
 // A tensor as stored: shape row-major, outermost first (a matrix

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/attention.h"
+#include "engine/model/mrope.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -99,6 +100,18 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
           ", width ", c.moe_intermediate_size, ")"));
     }
   }
+  if (c.num_linear_layers() > 0 &&
+      (c.linear_num_k_heads < 1 || c.linear_num_v_heads < 1 ||
+       c.linear_num_v_heads % c.linear_num_k_heads != 0 ||
+       c.linear_k_head_dim < 1 || c.linear_v_head_dim < 1 ||
+       c.linear_conv_kernel < 2 || c.linear_conv_kernel > 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", c.name, ": linear attention with ", c.linear_num_k_heads,
+        " key heads, ", c.linear_num_v_heads, " value heads, head dims ",
+        c.linear_k_head_dim, "/", c.linear_v_head_dim, ", conv kernel ",
+        c.linear_conv_kernel, " (value heads must be a multiple of key ",
+        "heads, kernel 2..16)"));
+  }
   return std::make_unique<ForwardPass>(weights, kv, pool, max_batch_tokens);
 }
 
@@ -153,6 +166,23 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
   }
   layer_bytes_ += c.hidden_size * static_cast<int64_t>(sizeof(float));
   lm_head_bytes_ = MatrixBytes(weights_.lm_head);
+  if (c.num_linear_layers() > 0) {
+    gdn_ = std::make_unique<GatedDeltaNet>(c, max_tokens_, pool_.num_threads());
+    int64_t li = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      linear_index_.push_back(c.IsLinearLayer(l) ? li++ : -1);
+      const LayerWeights& lw = weights_.layers[l];
+      for (const WeightView* w :
+           {&lw.lin_qkv, &lw.lin_z, &lw.lin_b, &lw.lin_a, &lw.lin_out}) {
+        layer_bytes_ += MatrixBytes(*w);
+        layer_macs_ += MatrixMacs(*w);
+      }
+    }
+  }
+  if (c.attn_output_gate) {
+    qg_.resize(n * 2 * c.q_dim());
+    attn_gate_.resize(n * c.q_dim());
+  }
   if (c.num_experts > 0) {
     moe_ = std::make_unique<MoeBlock>(c, max_tokens_);
     for (const LayerWeights& lw : weights_.layers) {
@@ -190,6 +220,12 @@ absl::Status ForwardPass::Validate(absl::Span<const SequenceSpan> batch,
             "span ", i, ": token ", t, " has id ", s.tokens[t],
             " outside the vocabulary [0, ", c.vocab_size, ")"));
       }
+    }
+    if (c.num_linear_layers() > 0 && s.linear_state == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "span ", i, ": model ", c.name, " has linear-attention layers ",
+          "but the span has no linear_state (", c.linear_state_floats(),
+          " floats)"));
     }
     const int64_t end = s.start_pos + s.size();
     if (end > max_positions_) {
@@ -246,6 +282,12 @@ absl::Status ForwardPass::Run(absl::Span<const SequenceSpan> batch,
   span_first_row_[batch.size()] = row;
   rows_ = row;
   if (moe_) moe_->ResetCounters();
+  for (const SequenceSpan& s : batch) {  // a new sequence's state is zero
+    if (s.linear_state != nullptr && s.start_pos == 0) {
+      std::fill(s.linear_state,
+                s.linear_state + weights_.config.linear_state_floats(), 0.0f);
+    }
+  }
   Embed(batch);
   PrepareRope(batch);
   for (int64_t l = 0; l < weights_.config.num_layers; ++l) Layer(l, batch);
@@ -271,8 +313,14 @@ void ForwardPass::PrepareRope(absl::Span<const SequenceSpan> batch) {
   const int64_t rows = span_first_row_[batch.size()];
   for (int64_t r = 0; r < rows; ++r) {
     const SequenceSpan& s = batch[row_span_[r]];
-    const float pos =
-        static_cast<float>(s.start_pos + row_in_span_[r] + s.rope_delta);
+    const int64_t p = s.start_pos + row_in_span_[r] + s.rope_delta;
+    if (!weights_.config.mrope_sections.empty()) {
+      const int64_t thw[3] = {p, p, p};  // text tokens
+      MropeCosSin(thw, weights_.config.mrope_sections, inv_freq_.data(), half,
+                  rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+      continue;
+    }
+    const float pos = static_cast<float>(p);
     for (int64_t i = 0; i < half; ++i) {
       const float angle = pos * inv_freq_[i];
       rope_cos_[r * half + i] = std::cos(angle);
@@ -299,13 +347,12 @@ void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
   const int64_t hidden = c.hidden_size;
 
   RmsNormRows(x_.data(), lw.attn_norm, rows, xn_.data());
-  MatMul(lw.wq, xn_.data(), hidden, rows, q_.data(), c.q_dim(), pool_);
-  MatMul(lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim(), pool_);
-  MatMul(lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim(), pool_);
-  QkNormAndRope(lw);
-  StoreKv(layer, batch);
-  Attention(layer, batch);
-  MatMul(lw.wo, attn_.data(), c.q_dim(), rows, proj_.data(), hidden, pool_);
+  if (c.IsLinearLayer(layer)) {
+    gdn_->Run(linear_index_[layer], lw, xn_.data(), rows, batch,
+              span_first_row_.data(), proj_.data(), pool_);
+  } else {
+    AttentionLayer(layer, lw, batch);
+  }
   pool_.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
     AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
                (e - b) * hidden);
@@ -321,6 +368,40 @@ void ForwardPass::Layer(int64_t layer, absl::Span<const SequenceSpan> batch) {
     AddInPlace(x_.data() + b * hidden, proj_.data() + b * hidden,
                (e - b) * hidden);
   });
+}
+
+void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
+                                 absl::Span<const SequenceSpan> batch) {
+  const ModelConfig& c = weights_.config;
+  const int64_t rows = rows_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t qd = c.q_dim(), hd = c.head_dim;
+  if (c.attn_output_gate) {  // q_proj rows: per head [q (hd) | gate (hd)]
+    MatMul(lw.wq, xn_.data(), hidden, rows, qg_.data(), 2 * qd, pool_);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < c.num_heads; ++h) {
+        const float* src = qg_.data() + r * 2 * qd + 2 * h * hd;
+        std::memcpy(q_.data() + r * qd + h * hd, src, hd * sizeof(float));
+        std::memcpy(attn_gate_.data() + r * qd + h * hd, src + hd,
+                    hd * sizeof(float));
+      }
+    }
+  } else {
+    MatMul(lw.wq, xn_.data(), hidden, rows, q_.data(), qd, pool_);
+  }
+  MatMul(lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim(), pool_);
+  MatMul(lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim(), pool_);
+  QkNormAndRope(lw);
+  StoreKv(layer, batch);
+  Attention(layer, batch);
+  if (c.attn_output_gate) {
+    pool_.ParallelFor(rows * qd, 1024, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        attn_[i] *= 1.0f / (1.0f + std::exp(-attn_gate_[i]));
+      }
+    });
+  }
+  MatMul(lw.wo, attn_.data(), qd, rows, proj_.data(), hidden, pool_);
 }
 
 void ForwardPass::DenseFfn(const LayerWeights& lw, int64_t rows) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/model/gated_deltanet.h"
 #include "engine/model/moe.h"
 #include "engine/model_weights.h"
 #include "kernels/thread_pool.h"
@@ -33,6 +34,10 @@ struct SequenceSpan {
   int64_t rope_delta = 0;
   // true: a logits row for every token; false: only for the last token.
   bool all_logits = false;
+  // Hybrid models: this sequence's linear-attention state,
+  // config.linear_state_floats() floats (KvPool::LinearState), read and
+  // updated in place; zeroed by Run when start_pos == 0.
+  float* linear_state = nullptr;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t logit_rows() const { return all_logits ? size() : 1; }
@@ -123,6 +128,8 @@ class ForwardPass {
   void LmHead(absl::Span<const SequenceSpan> batch, float* logits);
   void RmsNormRows(const float* x, const float* w, int64_t rows, float* out);
   void DenseFfn(const LayerWeights& lw, int64_t rows);
+  void AttentionLayer(int64_t layer, const LayerWeights& lw,
+                      absl::Span<const SequenceSpan> batch);
   void Account(absl::Span<const SequenceSpan> batch, int64_t logit_rows,
                ForwardStats* stats) const;
 
@@ -161,6 +168,13 @@ class ForwardPass {
   std::vector<float> scratch_;
   std::atomic<int64_t> next_item_{0};
   std::unique_ptr<MoeBlock> moe_;  // MoE models only (hook: moe.h)
+  // Hybrid models (hooks: gated_deltanet.h): the linear-attention block,
+  // each layer's rank among the linear layers, and for gated attention the
+  // q_proj output [q | gate per head] and the gates.
+  std::unique_ptr<GatedDeltaNet> gdn_;
+  std::vector<int64_t> linear_index_;
+  std::vector<float> qg_;
+  std::vector<float> attn_gate_;
 };
 
 }  // namespace pdserve

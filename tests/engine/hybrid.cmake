@@ -7,3 +7,8 @@ if(TARGET pdserve_model AND TARGET pdserve_loader AND TARGET pdserve_formats)
     LIBS pdserve_model pdserve_loader pdserve_formats
          nlohmann_json::nlohmann_json)
 endif()
+if(TARGET pdserve_model AND TARGET pdserve_loader)
+  pdserve_add_test(NAME hybrid_qwen35_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_qwen35_test.cc
+    LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
+endif()

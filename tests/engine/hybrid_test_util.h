@@ -58,6 +58,8 @@ class MultiRunner {
         pool_(2),
         pos_(kSeqs, 0) {
     for (int64_t s = 0; s < kSeqs; ++s) {
+      // Garbage, not zeros: Run must reset the state of a new sequence.
+      states_.emplace_back(w.config.linear_state_floats(), 7.0f);
       pages_.emplace_back(kPagesPerSeq);
       std::iota(pages_.back().begin(), pages_.back().end(),
                 static_cast<int32_t>(s * kPagesPerSeq));
@@ -77,6 +79,9 @@ class MultiRunner {
     for (size_t i = 0; i < seqs.size(); ++i) {
       spans.push_back(
           SequenceSpan{tokens[i], pos_[seqs[i]], pages_[seqs[i]], 0, all});
+      if (!states_[seqs[i]].empty()) {
+        spans.back().linear_state = states_[seqs[i]].data();
+      }
     }
     std::vector<float> logits(ForwardPass::LogitRows(spans) *
                               w_.config.vocab_size);
@@ -102,6 +107,7 @@ class MultiRunner {
   KvStorage kv_;
   ThreadPool pool_;
   std::vector<std::vector<int32_t>> pages_;
+  std::vector<std::vector<float>> states_;  // linear-attention state
   std::vector<int64_t> pos_;
   std::unique_ptr<ForwardPass> fp_;
 };

@@ -13,6 +13,12 @@ Fixtures written (small; commit them):
                    Expert weights are stored under the per-expert names that
                    published checkpoints use
                    (model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight).
+  tiny_qwen35/     config.json + model.safetensors: a random fp32
+                   Qwen3_5ForCausalLM (Qwen3.5 text): Gated DeltaNet layers
+                   (2 key heads shared by 4 value heads, conv kernel 4)
+                   interleaved with output-gated full attention
+                   (full_attention_interval 2), zero-centred RMSNorms,
+                   partial RoPE (0.5) with mRoPE sections [2, 1, 1].
   <name>/expected.json        prompt ids, greedy decode ids, shapes
   <name>/expected_logits.f32  little-endian f32: [32 prefill rows][vocab]
                               then [16 decode rows][vocab]
@@ -23,11 +29,13 @@ greedy choice has a top-1/top-2 margin > 1e-3 so a 1e-4 error cannot flip it.
 
 Environment: a venv with torch (CPU), transformers (>= 5), safetensors, numpy:
   python3 -m venv V && V/bin/pip install torch transformers safetensors numpy
-Run: V/bin/python tests/tools/make_hybrid_fixtures.py   (here: /opt/pyref/venv)
+Run: V/bin/python tests/tools/make_hybrid_fixtures.py [qwen3_moe] [qwen35]
+(here: /opt/pyref/venv)
 """
 
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -152,6 +160,72 @@ def make_qwen3_moe(seed):
           f"logit range [{prefill.min():.2f}, {prefill.max():.2f}]")
 
 
+def randomize_qwen35(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            if name.endswith("A_log"):
+                p.copy_(0.5 * r)               # A = exp(A_log) around 1
+            elif name.endswith("dt_bias"):
+                p.copy_(0.5 * r)
+            elif name.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.2 * r)         # plain gated RMSNorm weight
+            elif p.dim() == 1:
+                p.copy_(0.2 * r)               # zero-centred: x * (1 + w)
+            elif name.endswith("conv1d.weight"):
+                p.copy_(0.5 * r)
+            elif "embed_tokens" in name:
+                p.copy_(r)
+            else:
+                p.copy_(1.5 / p.shape[-1] ** 0.5 * r)
+
+
+def make_qwen35(seed):
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    cfg = Qwen3_5TextConfig(
+        vocab_size=80, hidden_size=32, intermediate_size=48,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, full_attention_interval=2,
+        max_position_embeddings=256, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": 0.5,
+                         "mrope_section": [2, 1, 1]})
+    model = Qwen3_5ForCausalLM(cfg).float().eval()
+    for attempt in range(40):
+        randomize_qwen35(model, seed + attempt)
+        g = np.random.default_rng(seed + attempt)
+        prompt = [1] + [int(t) for t in g.integers(3, 80, PREFILL - 1)]
+        prefill, ids, rows, margin = run_reference(model, prompt)
+        if margin > 1e-3:
+            break
+    else:
+        raise SystemExit("qwen35: no seed gave greedy margins > 1e-3")
+    folder = os.path.join(OUT, "tiny_qwen35")
+    os.makedirs(folder, exist_ok=True)
+    conf = cfg.to_dict()
+    conf["architectures"] = ["Qwen3_5ForCausalLM"]
+    conf["torch_dtype"] = "float32"
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(conf, f, indent=1, sort_keys=True)
+        f.write("\n")
+    state = {k: v.detach().float().contiguous().clone()
+             for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(folder, "model.safetensors"),
+              metadata={"format": "pt"})
+    write_expected(folder, prompt, prefill, ids, rows,
+                   {"model": "tiny_qwen35", "min_greedy_margin": margin})
+    print(f"tiny_qwen35: min greedy margin {margin:.4f}, "
+          f"logit range [{prefill.min():.2f}, {prefill.max():.2f}]")
+
+
 if __name__ == "__main__":
     torch.set_grad_enabled(False)
-    make_qwen3_moe(100)
+    which = sys.argv[1:] or ["qwen3_moe", "qwen35"]
+    if "qwen3_moe" in which:
+        make_qwen3_moe(100)
+    if "qwen35" in which:
+        make_qwen35(200)
