@@ -282,6 +282,7 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     span.start_pos = start;
     span.page_table = pool_->PageTable(seq.id);
     span.rope_delta = seq.state.rope_delta();
+    span.linear_state = pool_->LinearState(seq.id);  // hybrid models
     spans_.push_back(span);
     span_seq_.push_back(&seq);
   }

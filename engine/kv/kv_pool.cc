@@ -20,6 +20,14 @@ KvModelShape KvModelShape::FromConfig(const ModelConfig& config) {
   shape.num_attention_layers = config.num_layers;
   shape.kv_dim = config.kv_dim();
   shape.max_context = config.max_context;
+  // Hybrid models: one state slot per sequence, laid out per linear layer as
+  // ForwardPass / GatedDeltaNet read it. (ForwardPass indexes KV by model
+  // layer, so every layer keeps a KV slot, linear ones unused.)
+  shape.num_linear_layers = config.num_linear_layers();
+  if (shape.num_linear_layers > 0) {
+    shape.conv_state_floats = config.conv_state_floats();
+    shape.recurrent_state_floats = config.recurrent_state_floats();
+  }
   return shape;
 }
 
