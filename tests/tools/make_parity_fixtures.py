@@ -32,7 +32,8 @@ error can never flip it.
 
 Environment: a venv with torch (CPU), transformers, safetensors, numpy and, for
 the GGUF part, gguf:
-  python3 -m venv V && V/bin/pip install torch transformers safetensors numpy gguf
+  python3 -m venv V && V/bin/pip install torch transformers safetensors numpy \
+      gguf accelerate
 Run: V/bin/python tests/tools/make_parity_fixtures.py   (here: /opt/pyref/venv)
 If torch there is a CUDA build whose libraries are missing, see
 tests/tools/pyref_env.sh.
