@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
+#include "server/metrics/metrics_server.h"
 
 namespace pdserve::scheduler {
 namespace {
@@ -94,6 +95,25 @@ class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
   uint64_t handle_ = 0;
 };
 
+
+// Serves this process's /metrics (readiness, build info; the detailed metric
+// sets are wired by the metrics work) when --metrics-port is given.
+std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
+                                                     const std::string& host,
+                                                     const char* process) {
+  if (!args.Has("metrics-port")) return nullptr;
+  auto port = args.Int("metrics-port", 0);
+  if (!port.ok()) return nullptr;
+  auto server = metrics::MetricsServer::Start(
+      {.host = host, .port = static_cast<int>(*port), .process = process});
+  if (!server.ok()) {
+    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
+                 std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*server);
+}
+
 }  // namespace
 
 grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
@@ -138,7 +158,7 @@ const std::vector<cli::FlagSpec>& SchedulerFlags() {
       {"max-queue", true, "waiting queue bound (default 1024)"},
       {"itl-slowdown", true, "adapt the step budget so a step costs at most X times a decode-only step (fitted online; 0 = off)"},
       {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
-      {"metrics-port", true, "reserved: /metrics port of this process"},
+      {"metrics-port", true, "/metrics port of this process (none when absent)"},
       {"config", true, "JSON config file (section \"scheduler\")"},
   };
   return *flags;
@@ -182,8 +202,11 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
     return 1;
   }
   grpc::Server* srv = server->server.get();
-  shell.OnReadyChange([srv](bool ready) {
+  auto metrics_server = StartMetrics(args, host, "scheduler");
+  metrics::MetricsServer* m = metrics_server.get();
+  shell.OnReadyChange([srv, m](bool ready) {
     rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, ready);
+    if (m != nullptr) m->SetReady(ready);
   });
   shell.Start();
   std::printf("pdserve scheduler: listening on %s:%d (engine %s)\n",

@@ -4,4 +4,6 @@ add_library(pdserve_scheduler STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_shell.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_service.cc)
 target_link_libraries(pdserve_scheduler PUBLIC
-  pdserve_scheduler_policy pdserve_proto Threads::Threads)
+  pdserve_scheduler_policy pdserve_proto Threads::Threads
+  # server/metrics is configured after this folder; linked by name.
+  pdserve_metrics)

@@ -11,6 +11,7 @@
 #include "engine/service/engine_service.h"
 #include "kernels/thread_pool.h"
 #include "proto/rpc_util.h"
+#include "server/metrics/metrics_server.h"
 
 namespace pdserve::service {
 
@@ -25,7 +26,7 @@ const std::vector<cli::FlagSpec>& EngineFlags() {
       {"max-sequences", true, "sequences live at once (default 256)"},
       {"max-step-tokens", true, "most tokens one step processes (default 2048)"},
       {"name", true, "model name to report (default: from the file)"},
-      {"metrics-port", true, "reserved: /metrics port of this process"},
+      {"metrics-port", true, "/metrics port of this process (none when absent)"},
       {"config", true, "JSON config file (section \"engine\")"},
   };
   return *flags;
@@ -62,6 +63,25 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
         "' is neither a fraction in (0, 1] nor a byte count (512M, 2G)"));
   }
   return KvMemoryBudget{.bytes = bytes * scale, .fraction = 0};
+}
+
+
+// Serves this process's /metrics (readiness, build info; the detailed metric
+// sets are wired by the metrics work) when --metrics-port is given.
+std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
+                                                     const std::string& host,
+                                                     const char* process) {
+  if (!args.Has("metrics-port")) return nullptr;
+  auto port = args.Int("metrics-port", 0);
+  if (!port.ok()) return nullptr;
+  auto server = metrics::MetricsServer::Start(
+      {.host = host, .port = static_cast<int>(*port), .process = process});
+  if (!server.ok()) {
+    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
+                 std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*server);
 }
 
 }  // namespace
@@ -102,6 +122,8 @@ int RunEngineProcess(const cli::CliArgs& args) {
                                  static_cast<int>(*port), {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, true);
+  auto metrics_server = StartMetrics(args, args.String("host", "127.0.0.1"), "engine");
+  if (metrics_server) metrics_server->SetReady(true);
   const KvGeometry& g = (*core)->Geometry();
   std::printf("pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens)\n",
               name.c_str(), args.String("host", "127.0.0.1").c_str(),

@@ -33,7 +33,7 @@ const std::vector<FlagSpec>& Flags() {
       {"port", true, "public gRPC port (default 50051)"},
       {"engine-port", true, "engine gRPC port on loopback (default: a free one)"},
       {"scheduler-port", true, "scheduler gRPC port on loopback (default: a free one)"},
-      {"metrics-port", true, "first of three /metrics ports (frontend, scheduler, engine); reserved"},
+      {"metrics-port", true, "first of three /metrics ports: frontend, scheduler, engine (default: free ports)"},
       {"threads", true, "engine compute threads"},
       {"kv-memory", true, "engine KV budget (fraction or bytes)"},
       {"page-size", true, "tokens per KV page"},

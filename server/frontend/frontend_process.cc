@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
+#include "server/metrics/metrics_server.h"
 #include "server/frontend/frontend_service.h"
 
 namespace pdserve::frontend {
@@ -19,7 +20,7 @@ const std::vector<cli::FlagSpec>& FrontendFlags() {
       {"port", true, "public gRPC port (default 50051; 0 = any free port)"},
       {"name", true, "model name to serve (default: the engine's)"},
       {"drain-seconds", true, "on SIGTERM, how long open streams may finish (default 30)"},
-      {"metrics-port", true, "reserved: /metrics port of this process"},
+      {"metrics-port", true, "/metrics port of this process (none when absent)"},
       {"config", true, "JSON config file (section \"frontend\")"},
   };
   return *flags;
@@ -47,6 +48,25 @@ bool WaitForScheduler(const std::string& target, v1::SchedulerStatus* status,
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+
+// Serves this process's /metrics (readiness, build info; the detailed metric
+// sets are wired by the metrics work) when --metrics-port is given.
+std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
+                                                     const std::string& host,
+                                                     const char* process) {
+  if (!args.Has("metrics-port")) return nullptr;
+  auto port = args.Int("metrics-port", 0);
+  if (!port.ok()) return nullptr;
+  auto server = metrics::MetricsServer::Start(
+      {.host = host, .port = static_cast<int>(*port), .process = process});
+  if (!server.ok()) {
+    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
+                 std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*server);
 }
 
 }  // namespace
@@ -91,6 +111,8 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   }
   grpc::Server* srv = server->server.get();
   rpc::SetServing(*srv, kServices, true);
+  auto metrics_server = StartMetrics(args, host, "frontend");
+  if (metrics_server) metrics_server->SetReady(true);
   std::printf("pdserve frontend: serving %s on %s:%d (capacity %d tokens)\n",
               name.c_str(), host.c_str(), server->port, status.max_seq_len());
   std::fflush(stdout);
@@ -109,6 +131,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
       if (ok != serving && !stop) {
         serving = ok;
         rpc::SetServing(*srv, kServices, ok);
+        if (metrics_server) metrics_server->SetReady(ok);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

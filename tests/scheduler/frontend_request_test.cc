@@ -1,0 +1,120 @@
+// Front end request preparation: field validation with the numbers,
+// invalid UTF-8 located in the wire bytes, capacity sizing (stories260K's
+// 512-piece vocabulary; skipped without ../shared).
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/frontend/request_prep.h"
+
+namespace pdserve::frontend {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RequestPrepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string tok =
+        std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/tok512.bin";
+    if (!std::filesystem::exists(tok)) GTEST_SKIP() << "no " << tok;
+    auto m = LoadModelContext(tok, "stories260K");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    model_->max_seq_len = 64;
+  }
+  v1::GenerateRequest Prompt(const std::string& text, int max_tokens) {
+    v1::GenerateRequest r;
+    r.set_prompt(text);
+    r.set_max_tokens(max_tokens);
+    return r;
+  }
+  absl::Status Check(const v1::GenerateRequest& r) {
+    return PrepareRequest(r, *model_).status();
+  }
+  std::unique_ptr<ModelContext> model_;
+};
+
+TEST_F(RequestPrepTest, PreparesRawPromptWithBosAndClampsToCapacity) {
+  auto p = PrepareRequest(Prompt("Once upon a time", 0), *model_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_FALSE(p->prompt_ids.empty());
+  EXPECT_EQ(p->prompt_ids[0], model_->tokenizer->bos_id());
+  const int n = static_cast<int>(p->prompt_ids.size());
+  EXPECT_EQ(p->max_new_tokens, 64 - n + 1);  // the rest of the capacity
+  EXPECT_EQ(PrepareRequest(Prompt("Once upon a time", 7), *model_)->max_new_tokens, 7);
+}
+
+TEST_F(RequestPrepTest, RejectsBadFieldsNamingTheNumbers) {
+  v1::GenerateRequest r = Prompt("hi", 5);
+  r.clear_prompt();
+  EXPECT_THAT(Check(r).message(), HasSubstr("messages is empty and no prompt"));
+  r = Prompt("hi", -1);
+  EXPECT_THAT(Check(r).message(), HasSubstr("max_tokens -1 must be in [1, 64]"));
+  r = Prompt("hi", 65);
+  EXPECT_THAT(Check(r).message(), HasSubstr("max_tokens 65"));
+  r = Prompt("hi", 5);
+  r.mutable_sampling()->set_temperature(-1);
+  EXPECT_EQ(Check(r).code(), absl::StatusCode::kInvalidArgument);
+  r = Prompt("hi", 5);
+  r.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_THAT(Check(r).message(), HasSubstr("top_p 1.5"));
+  r = Prompt("hi", 5);
+  r.add_stop("");
+  EXPECT_THAT(Check(r).message(), HasSubstr("stop[0] has 0 bytes"));
+  r = Prompt("hi", 5);
+  r.set_model("gpt-9");
+  EXPECT_THAT(Check(r).message(), HasSubstr("'gpt-9' is not served"));
+  r = Prompt("hi", 5);
+  auto* m = r.add_messages();
+  m->set_role("user");
+  m->set_content("x");
+  EXPECT_THAT(Check(r).message(), HasSubstr("not both"));
+  r.clear_prompt();
+  r.mutable_messages(0)->set_role("robot");
+  EXPECT_THAT(Check(r).message(), HasSubstr("messages[0].role 'robot'"));
+}
+
+TEST_F(RequestPrepTest, PromptOverCapacityIsResourceExhausted) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Once upon a time ";
+  absl::Status s = Check(Prompt(text, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("exceeds the sequence capacity of 64 tokens"));
+}
+
+TEST_F(RequestPrepTest, ChatMessagesRenderThroughTheTemplate) {
+  v1::GenerateRequest r;
+  auto* m = r.add_messages();
+  m->set_role("user");
+  m->set_content("Hello");
+  auto p = PrepareRequest(r, *model_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::string text = model_->tokenizer->Decode(p->prompt_ids);
+  EXPECT_THAT(text, HasSubstr("user"));  // ChatML fallback for stories260K
+  EXPECT_THAT(text, HasSubstr("Hello"));
+}
+
+// Wire bytes: field 3 (prompt) = "ab\xff", or field 2 (messages) holding a
+// ChatMessage whose field 2 (content) is "\xc3".
+TEST(ParseGenerateRequestTest, LocatesInvalidUtf8) {
+  std::string prompt_wire = std::string("\x1a\x03" "ab\xff", 5);
+  auto r = ParseGenerateRequest(prompt_wire);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("prompt: invalid UTF-8 at byte offset 2"));
+  std::string msg = std::string("\x0a\x04user\x12\x01\xc3", 9);
+  std::string chat_wire = std::string("\x12") + static_cast<char>(msg.size()) + msg;
+  r = ParseGenerateRequest(chat_wire);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("messages[0].content: invalid UTF-8 at byte offset 0"));
+  r = ParseGenerateRequest(std::string("\x1a\x05" "ab", 4));  // truncated
+  EXPECT_THAT(r.status().message(), HasSubstr("malformed GenerateRequest (4 bytes)"));
+  v1::GenerateRequest ok;
+  ok.set_prompt("fine");
+  auto parsed = ParseGenerateRequest(ok.SerializeAsString());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->prompt(), "fine");
+}
+
+}  // namespace
+}  // namespace pdserve::frontend
