@@ -15,6 +15,8 @@ enum class Architecture {
   kQwen3,  // Qwen3 dense: per-head RMSNorm on q and k
   kQwen3Moe,  // Qwen3 MoE: Qwen3 attention, top-k routed SwiGLU experts
   kQwen35,    // Qwen3.5 text: Gated DeltaNet layers + gated full attention
+  kQwen3Next,  // Qwen3-Next: the same hybrid, fused in-projections, MoE with
+               // a sigmoid-gated shared expert
 };
 
 // Plain value type; filled by the model loaders, read by the forward pass,
@@ -48,6 +50,7 @@ struct ModelConfig {
   bool norm_topk_prob = true;         // renormalise the top-k probabilities
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert
 
   // Hybrid linear attention (kQwen35). linear_layers[l] is true for a Gated
   // DeltaNet layer (HF layer_types "linear_attention"); empty = none.
@@ -63,6 +66,10 @@ struct ModelConfig {
   // h and w into the t frequencies). Empty = plain RoPE.
   std::vector<int64_t> mrope_sections;
 
+  // Qwen3.5 / Qwen3-Next RMSNorms scale by (1 + w); loaders store 1 + w.
+  bool ZeroCenteredNorms() const {
+    return arch == Architecture::kQwen35 || arch == Architecture::kQwen3Next;
+  }
   bool IsLinearLayer(int64_t layer) const {
     return layer < static_cast<int64_t>(linear_layers.size()) &&
            linear_layers[layer];

@@ -35,6 +35,10 @@ struct LayerWeights {
   // MoE layers (ModelConfig::IsMoeLayer) instead of w_gate/w_up/w_down:
   WeightView router;                  // [num_experts][hidden_size]
   std::vector<ExpertWeights> experts;  // [num_experts]
+  // Qwen3-Next shared expert (width shared_expert_intermediate_size), added
+  // as sigmoid(shared_gate x) * shared(x); empty when absent.
+  ExpertWeights shared;
+  WeightView shared_gate;  // [1][hidden_size]
   // Gated DeltaNet layers (ModelConfig::IsLinearLayer) instead of wq..wo
   // (shapes in ModelConfig's linear_* terms):
   WeightView lin_qkv;   // [conv_dim][hidden]: q | k | v

@@ -230,10 +230,12 @@ absl::StatusOr<Architecture> HfArchitecture(const json& j,
     return Architecture::kQwen3Moe;
   if (arch == "Qwen3_5ForCausalLM" || arch == "qwen3_5_text")
     return Architecture::kQwen35;
+  if (arch == "Qwen3NextForCausalLM" || arch == "qwen3_next")
+    return Architecture::kQwen3Next;
   return absl::UnimplementedError(absl::StrCat(
       source, ": architecture '", arch, "' is not supported (supported: ",
       "LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, ",
-      "Qwen3_5ForCausalLM)"));
+      "Qwen3_5ForCausalLM, Qwen3NextForCausalLM)"));
 }
 
 // Features of the config we do not implement are errors, not silent drift.
@@ -305,6 +307,8 @@ absl::Status MoeFromHfJson(const json& j, const std::string& source,
   c.norm_topk_prob = !j.contains("norm_topk_prob") ||
                      !j["norm_topk_prob"].is_boolean() ||
                      j["norm_topk_prob"].get<bool>();
+  PDSERVE_ASSIGN(c.shared_expert_intermediate_size,
+                 JsonInt(j, source, "shared_expert_intermediate_size", 0));
   c.mlp_only_layers.clear();
   if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
     for (const json& l : j["mlp_only_layers"]) {
@@ -388,10 +392,11 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
   c.name = name;
   c.rope_style = RopeStyle::kNeox;
   c.qk_norm = c.arch != Architecture::kLlama;
-  if (c.arch == Architecture::kQwen3Moe) {
+  if (c.arch == Architecture::kQwen3Moe ||
+      c.arch == Architecture::kQwen3Next) {
     if (absl::Status s = MoeFromHfJson(j, source, c); !s.ok()) return s;
   }
-  if (c.arch == Architecture::kQwen35) {
+  if (c.arch == Architecture::kQwen35 || c.arch == Architecture::kQwen3Next) {
     if (absl::Status s = HybridFromHfJson(j, source, c); !s.ok()) return s;
   } else if (j.contains("layer_types") && j["layer_types"].is_array()) {
     for (const json& t : j["layer_types"]) {
@@ -423,7 +428,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
   double partial, theta, eps;
   PDSERVE_ASSIGN(partial,
                  JsonFloat(j, source, "partial_rotary_factor",
-                           c.arch == Architecture::kQwen35 ? 0.25 : 1.0));
+                           c.ZeroCenteredNorms() ? 0.25 : 1.0));
   PDSERVE_ASSIGN(partial,
                  JsonFloat(rope, source, "partial_rotary_factor", partial));
   c.rope_dims = static_cast<int64_t>(c.head_dim * partial);

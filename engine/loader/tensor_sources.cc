@@ -59,7 +59,8 @@ KindNames NamesOf(WeightKind kind) {
       return {"ffn_up_exps.weight", "mlp.experts.gate_up_proj", "", true};
     case WeightKind::kFfnDownExps:
       return {"ffn_down_exps.weight", "mlp.experts.down_proj", "", true};
-    // llama.cpp qwen35 names.
+    // GGUF: llama.cpp's qwen35 names, not reachable yet (ConfigFromGguf
+    // does not accept qwen35: its converter also rewrites A_log and norms).
     case WeightKind::kLinQkv:
       return {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", "", true};
     case WeightKind::kLinZ:
@@ -78,6 +79,22 @@ KindNames NamesOf(WeightKind kind) {
       return {"ssm_norm.weight", "linear_attn.norm.weight", "", true};
     case WeightKind::kLinOut:
       return {"ssm_out.weight", "linear_attn.out_proj.weight", "", true};
+    case WeightKind::kLinQkvz:
+      return {"ssm_in.weight", "linear_attn.in_proj_qkvz.weight", "", true};
+    case WeightKind::kLinBa:
+      return {"ssm_ba.weight", "linear_attn.in_proj_ba.weight", "", true};
+    case WeightKind::kFfnGateShexp:
+      return {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight",
+              "", true};
+    case WeightKind::kFfnUpShexp:
+      return {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", "",
+              true};
+    case WeightKind::kFfnDownShexp:
+      return {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight",
+              "", true};
+    case WeightKind::kFfnShexpGate:
+      return {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", "",
+              true};
   }
   return {"?", "?", "?", false};
 }

@@ -136,6 +136,8 @@ class Builder {
 
   absl::Status Layer(int64_t l, LayerWeights& lw);
   absl::Status Linear(int64_t l, LayerWeights& lw);
+  absl::Status FusedInProjections(int64_t l, LayerWeights& lw);
+  WeightView PickRows(const WeightView& m, const std::vector<int64_t>& rows);
   absl::Status Attention(int64_t l, LayerWeights& lw);
   // Zero-centred RMSNorm weights (Qwen3.5: x_normed * (1 + w)) as 1 + w.
   const float* PlusOne(const float* w, int64_t n) {
@@ -170,7 +172,7 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
     if (absl::Status s = Attention(l, lw); !s.ok()) return s;
   }
   PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
-  if (c.arch == Architecture::kQwen35) {
+  if (c.ZeroCenteredNorms()) {
     lw.attn_norm = PlusOne(lw.attn_norm, h);
     lw.ffn_norm = PlusOne(lw.ffn_norm, h);
   }
@@ -184,19 +186,75 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
   return absl::OkStatus();
 }
 
+// Rows `src_rows` of `m` (in that order) as a new owned matrix.
+WeightView Builder::PickRows(const WeightView& m,
+                             const std::vector<int64_t>& src_rows) {
+  auto buf = std::make_shared<std::vector<uint64_t>>(
+      (src_rows.size() * m.row_bytes + 7) / 8);
+  auto* dst = reinterpret_cast<uint8_t*>(buf->data());
+  for (size_t i = 0; i < src_rows.size(); ++i) {
+    std::memcpy(dst + i * m.row_bytes, m.row(src_rows[i]), m.row_bytes);
+  }
+  w_.storage.push_back(buf);
+  WeightView v = m;
+  v.rows = static_cast<int64_t>(src_rows.size());
+  v.data = buf->data();
+  return v;
+}
+
+// Qwen3-Next's in_proj_qkvz rows are grouped per key head g as
+// [q_g (kd) | k_g (kd) | v (r*vd) | z (r*vd)] (r = v_heads / k_heads) and
+// in_proj_ba as [b (r) | a (r)] per g; regroup them into the Qwen3.5 layout.
+absl::Status Builder::FusedInProjections(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t h = c.hidden_size, nk = c.linear_num_k_heads;
+  const int64_t kd = c.linear_k_head_dim, vd = c.linear_v_head_dim;
+  const int64_t r = c.linear_num_v_heads / nk;
+  const int64_t group = 2 * kd + 2 * r * vd;
+  WeightView qkvz, ba;
+  PDSERVE_ASSIGN(qkvz, Matrix(WeightKind::kLinQkvz, l, nk * group, h,
+                              "2*key_dim+2*value_dim x hidden_size"));
+  PDSERVE_ASSIGN(ba, Matrix(WeightKind::kLinBa, l, 2 * nk * r, h,
+                            "2*linear_num_value_heads x hidden_size"));
+  std::vector<int64_t> qkv, z, b, a;
+  for (int part = 0; part < 3; ++part) {  // all q, then all k, then all v
+    for (int64_t g = 0; g < nk; ++g) {
+      const int64_t base = g * group + (part == 0 ? 0 : part == 1 ? kd : 2 * kd);
+      const int64_t n = part == 2 ? r * vd : kd;
+      for (int64_t i = 0; i < n; ++i) qkv.push_back(base + i);
+    }
+  }
+  for (int64_t g = 0; g < nk; ++g) {
+    for (int64_t i = 0; i < r * vd; ++i) z.push_back(g * group + 2 * kd + r * vd + i);
+    for (int64_t i = 0; i < r; ++i) {
+      b.push_back(g * 2 * r + i);
+      a.push_back(g * 2 * r + r + i);
+    }
+  }
+  lw.lin_qkv = PickRows(qkvz, qkv);
+  lw.lin_z = PickRows(qkvz, z);
+  lw.lin_b = PickRows(ba, b);
+  lw.lin_a = PickRows(ba, a);
+  return absl::OkStatus();
+}
+
 absl::Status Builder::Linear(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size, nv = c.linear_num_v_heads;
   const int64_t conv = c.linear_conv_dim(), vdim = c.linear_value_dim();
   using K = WeightKind;
-  PDSERVE_ASSIGN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
-                                    "2*key_dim+value_dim x hidden_size"));
-  PDSERVE_ASSIGN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
-                                  "value_dim x hidden_size"));
-  PDSERVE_ASSIGN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
-                                  "linear_num_value_heads x hidden_size"));
-  PDSERVE_ASSIGN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
-                                  "linear_num_value_heads x hidden_size"));
+  if (c.arch == Architecture::kQwen3Next) {
+    if (absl::Status s = FusedInProjections(l, lw); !s.ok()) return s;
+  } else {
+    PDSERVE_ASSIGN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
+                                      "2*key_dim+value_dim x hidden_size"));
+    PDSERVE_ASSIGN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
+                                    "value_dim x hidden_size"));
+    PDSERVE_ASSIGN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
+                                    "linear_num_value_heads x hidden_size"));
+    PDSERVE_ASSIGN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
+                                    "linear_num_value_heads x hidden_size"));
+  }
   PDSERVE_ASSIGN(lw.lin_out, Matrix(K::kLinOut, l, h, vdim,
                                     "hidden_size x value_dim"));
   PDSERVE_ASSIGN(lw.lin_conv,
@@ -229,7 +287,7 @@ absl::Status Builder::Attention(int64_t l, LayerWeights& lw) {
   if (c.qk_norm) {
     PDSERVE_ASSIGN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
     PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
-    if (c.arch == Architecture::kQwen35) {
+    if (c.ZeroCenteredNorms()) {
       lw.q_norm = PlusOne(lw.q_norm, c.head_dim);
       lw.k_norm = PlusOne(lw.k_norm, c.head_dim);
     }
@@ -253,6 +311,20 @@ absl::Status Builder::Experts(int64_t l, LayerWeights& lw) {
     PDSERVE_ASSIGN(e.down, ExpertMatrix(K::kFfnDownExps, l, x, h, ff,
                                         "hidden_size x moe_intermediate_size"));
   }
+  const int64_t sf = c.shared_expert_intermediate_size;
+  if (sf > 0) {
+    PDSERVE_ASSIGN(lw.shared.gate, Matrix(K::kFfnGateShexp, l, sf, h,
+                                          "shared_expert_intermediate_size x "
+                                          "hidden_size"));
+    PDSERVE_ASSIGN(lw.shared.up, Matrix(K::kFfnUpShexp, l, sf, h,
+                                        "shared_expert_intermediate_size x "
+                                        "hidden_size"));
+    PDSERVE_ASSIGN(lw.shared.down, Matrix(K::kFfnDownShexp, l, h, sf,
+                                          "hidden_size x "
+                                          "shared_expert_intermediate_size"));
+    PDSERVE_ASSIGN(lw.shared_gate,
+                   Matrix(K::kFfnShexpGate, l, 1, h, "1 x hidden_size"));
+  }
   return absl::OkStatus();
 }
 
@@ -269,7 +341,7 @@ absl::Status Builder::Build() {
   }
   PDSERVE_ASSIGN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
                                         c.hidden_size, "hidden_size"));
-  if (c.arch == Architecture::kQwen35) {
+  if (c.ZeroCenteredNorms()) {
     w_.output_norm = PlusOne(w_.output_norm, c.hidden_size);
   }
   if (c.tied_embeddings) {

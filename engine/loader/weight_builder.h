@@ -47,6 +47,13 @@ enum class WeightKind {
   kLinALog,
   kLinNorm,
   kLinOut,
+  // Qwen3-Next: fused in-projections grouped per key head, shared expert.
+  kLinQkvz,
+  kLinBa,
+  kFfnGateShexp,
+  kFfnUpShexp,
+  kFfnDownShexp,
+  kFfnShexpGate,
 };
 
 // A tensor as stored: shape row-major, outermost first (a matrix

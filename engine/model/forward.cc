@@ -186,8 +186,11 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
   if (c.num_experts > 0) {
     moe_ = std::make_unique<MoeBlock>(c, max_tokens_);
     for (const LayerWeights& lw : weights_.layers) {
-      layer_bytes_ += MatrixBytes(lw.router);
-      layer_macs_ += MatrixMacs(lw.router);
+      for (const WeightView* w : {&lw.router, &lw.shared.gate, &lw.shared.up,
+                                  &lw.shared.down, &lw.shared_gate}) {
+        layer_bytes_ += MatrixBytes(*w);
+        layer_macs_ += MatrixMacs(*w);
+      }
     }
   }
 }
@@ -537,7 +540,9 @@ void ForwardPass::Account(absl::Span<const SequenceSpan> batch,
   s.weight_bytes_read = layer_bytes_ +
                         rows_ * weights_.token_embedding.row_bytes +
                         (logit_rows > 0 ? lm_head_bytes_ : 0);
-  const int64_t kv_token_bytes = c.num_layers * 2 * c.kv_dim() * 4;
+  // Only full-attention layers read and write KV (hybrid models).
+  const int64_t attn_layers = c.num_layers - c.num_linear_layers();
+  const int64_t kv_token_bytes = attn_layers * 2 * c.kv_dim() * 4;
   int64_t attn_macs = 0;
   for (const SequenceSpan& span : batch) {
     s.kv_bytes_read += (span.start_pos + span.size()) * kv_token_bytes;
@@ -547,7 +552,7 @@ void ForwardPass::Account(absl::Span<const SequenceSpan> batch,
                          span.size() * (span.size() + 1) / 2;
     attn_macs += 2 * keys * c.head_dim * c.num_heads;
   }
-  s.flops = 2 * (rows_ * layer_macs_ + c.num_layers * attn_macs +
+  s.flops = 2 * (rows_ * layer_macs_ + attn_layers * attn_macs +
                  logit_rows * MatrixMacs(weights_.lm_head));
   if (moe_) {
     const MoeCounters& m = moe_->counters();

@@ -1,6 +1,7 @@
 #include "engine/model/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/matmul.h"
@@ -14,7 +15,8 @@ MoeBlock::MoeBlock(const ModelConfig& c, int64_t max_rows)
       top_k_(c.num_experts_used),
       inter_(c.moe_intermediate_size),
       norm_topk_(c.norm_topk_prob),
-      max_rows_(max_rows) {
+      max_rows_(max_rows),
+      shared_inter_(c.shared_expert_intermediate_size) {
   const auto n = static_cast<size_t>(max_rows_);
   const auto nk = n * static_cast<size_t>(top_k_);
   logits_.resize(n * experts_);
@@ -28,6 +30,29 @@ MoeBlock::MoeBlock(const ModelConfig& c, int64_t max_rows)
   gate_.resize(nk * inter_);
   up_.resize(nk * inter_);
   yg_.resize(nk * hidden_);
+  if (shared_inter_ > 0) {
+    sh_gate_.resize(n * shared_inter_);
+    sh_up_.resize(n * shared_inter_);
+    sh_out_.resize(n * hidden_);
+    sh_g_.resize(n);
+  }
+}
+
+void MoeBlock::Shared(const LayerWeights& lw, const float* xn, int64_t rows,
+                      float* out, ThreadPool& pool) {
+  const int64_t f = shared_inter_;
+  MatMul(lw.shared.gate, xn, hidden_, rows, sh_gate_.data(), f, pool);
+  MatMul(lw.shared.up, xn, hidden_, rows, sh_up_.data(), f, pool);
+  SwiGlu(sh_gate_.data(), sh_up_.data(), rows * f, sh_gate_.data());
+  MatMul(lw.shared.down, sh_gate_.data(), f, rows, sh_out_.data(), hidden_,
+         pool);
+  MatMul(lw.shared_gate, xn, hidden_, rows, sh_g_.data(), 1, pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float g = 1.0f / (1.0f + std::exp(-sh_g_[r]));
+    float* y = out + r * hidden_;
+    const float* s = sh_out_.data() + r * hidden_;
+    for (int64_t i = 0; i < hidden_; ++i) y[i] += g * s[i];
+  }
 }
 
 void MoeBlock::Route(const LayerWeights& lw, const float* xn, int64_t rows,
@@ -123,6 +148,9 @@ void MoeBlock::Run(const LayerWeights& lw, const float* xn, int64_t rows,
       }
     }
   });
+  if (shared_inter_ > 0 && !lw.shared_gate.empty()) {
+    Shared(lw, xn, rows, out, pool);
+  }
 }
 
 }  // namespace pdserve

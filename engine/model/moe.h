@@ -27,6 +27,10 @@ struct MoeCounters {
 // multiplied in ONE MatMul per matrix, so every selected expert's weights are
 // read once per call, unselected ones never.
 //
+// With a shared expert (Qwen3-Next: lw.shared_gate set), out[r] +=
+// sigmoid(shared_gate x) * down(silu(gate x) * up x) of the shared weights,
+// after the routed sum, as Qwen3NextSparseMoeBlock.
+//
 // Batch invariance: a row's output does not depend on the other rows (MatMul
 // is row-invariant and the combination order is fixed per row).
 // Scratch is allocated at construction for max_rows rows; Run does not
@@ -48,6 +52,8 @@ class MoeBlock {
   void Route(const LayerWeights& lw, const float* xn, int64_t rows,
              ThreadPool& pool);
   void Group(int64_t rows);
+  void Shared(const LayerWeights& lw, const float* xn, int64_t rows,
+              float* out, ThreadPool& pool);
 
   const int64_t hidden_;
   const int64_t experts_;
@@ -66,6 +72,11 @@ class MoeBlock {
   std::vector<float> gate_;          // [max_rows*top_k][inter]
   std::vector<float> up_;            // [max_rows*top_k][inter]
   std::vector<float> yg_;            // expert outputs [max_rows*top_k][hidden]
+  const int64_t shared_inter_;
+  std::vector<float> sh_gate_;       // [max_rows][shared_inter]
+  std::vector<float> sh_up_;         // [max_rows][shared_inter]
+  std::vector<float> sh_out_;        // [max_rows][hidden]
+  std::vector<float> sh_g_;          // [max_rows] shared gate logit
   MoeCounters counters_;
 };
 

@@ -19,6 +19,11 @@ Fixtures written (small; commit them):
                    interleaved with output-gated full attention
                    (full_attention_interval 2), zero-centred RMSNorms,
                    partial RoPE (0.5) with mRoPE sections [2, 1, 1].
+  tiny_qwen3_next/ a random fp32 Qwen3NextForCausalLM: the same hybrid
+                   pattern with fused in_proj_qkvz / in_proj_ba (grouped per
+                   key head), partial RoPE 0.25 without mRoPE, and a sparse
+                   MoE (4 experts, top-2) with a sigmoid-gated shared expert;
+                   experts stored per expert as in published checkpoints.
   <name>/expected.json        prompt ids, greedy decode ids, shapes
   <name>/expected_logits.f32  little-endian f32: [32 prefill rows][vocab]
                               then [16 decode rows][vocab]
@@ -29,7 +34,7 @@ greedy choice has a top-1/top-2 margin > 1e-3 so a 1e-4 error cannot flip it.
 
 Environment: a venv with torch (CPU), transformers (>= 5), safetensors, numpy:
   python3 -m venv V && V/bin/pip install torch transformers safetensors numpy
-Run: V/bin/python tests/tools/make_hybrid_fixtures.py [qwen3_moe] [qwen35]
+Run: V/bin/python tests/tools/make_hybrid_fixtures.py [qwen3_moe] [qwen35] [qwen3_next]
 (here: /opt/pyref/venv)
 """
 
@@ -222,10 +227,54 @@ def make_qwen35(seed):
           f"logit range [{prefill.min():.2f}, {prefill.max():.2f}]")
 
 
+def make_qwen3_next(seed):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    cfg = Qwen3NextConfig(
+        vocab_size=80, hidden_size=32, intermediate_size=48,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, full_attention_interval=2,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[],
+        max_position_embeddings=256, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": 0.25})
+    model = Qwen3NextForCausalLM(cfg).float().eval()
+    for attempt in range(40):
+        randomize_qwen35(model, seed + attempt)
+        g = np.random.default_rng(seed + attempt)
+        prompt = [1] + [int(t) for t in g.integers(3, 80, PREFILL - 1)]
+        prefill, ids, rows, margin = run_reference(model, prompt)
+        if margin > 1e-3:
+            break
+    else:
+        raise SystemExit("qwen3_next: no seed gave greedy margins > 1e-3")
+    folder = os.path.join(OUT, "tiny_qwen3_next")
+    os.makedirs(folder, exist_ok=True)
+    conf = cfg.to_dict()
+    conf["architectures"] = ["Qwen3NextForCausalLM"]
+    conf["torch_dtype"] = "float32"
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(conf, f, indent=1, sort_keys=True)
+        f.write("\n")
+    save_file(per_expert_state_dict(model),
+              os.path.join(folder, "model.safetensors"),
+              metadata={"format": "pt"})
+    write_expected(folder, prompt, prefill, ids, rows,
+                   {"model": "tiny_qwen3_next", "min_greedy_margin": margin})
+    print(f"tiny_qwen3_next: min greedy margin {margin:.4f}, "
+          f"logit range [{prefill.min():.2f}, {prefill.max():.2f}]")
+
+
 if __name__ == "__main__":
     torch.set_grad_enabled(False)
-    which = sys.argv[1:] or ["qwen3_moe", "qwen35"]
+    which = sys.argv[1:] or ["qwen3_moe", "qwen35", "qwen3_next"]
     if "qwen3_moe" in which:
         make_qwen3_moe(100)
     if "qwen35" in which:
         make_qwen35(200)
+    if "qwen3_next" in which:
+        make_qwen3_next(300)
