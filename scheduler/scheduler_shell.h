@@ -45,7 +45,7 @@ struct ShellOptions {
   // time (a StepCostModel fitted online to recent steps) stays within this
   // factor of a decode-only step; 0 = fixed budget.
   double itl_slowdown = 0;
-  int64_t min_prefill_chunk = 16;  // prefill tokens always allowed per step
+  int64_t min_prefill_chunk = 1;  // prefill tokens always allowed per step
 };
 
 // Figures for GetStatus and health.
