@@ -17,10 +17,11 @@
 //     each 4-byte weight group is broadcast into vpdpbusd. One cvt, mul and
 //     fma per (row, block) then serve 16 tokens.
 //   * block lanes (fewer tokens, mat-vec): a pair of blocks in one zmm, lanes
-//     [A0..15 | B0..15 | A16..31 | B16..31] (u8 weights for Q4_x, u8
-//     activations + 128 for Q8_0), register tiles of up to 4 rows x 4 tokens;
-//     the int32 lanes of each block are summed exactly (hadd) into D_A, D_B
-//     for 4 rows, which then take the steps above with rows in xmm lanes.
+//     [A0..15 | B0..15 | A16..31 | B16..31] (u8 weights for Q4_x) or
+//     [A0..31 | B0..31] (u8 activations + 128 for Q8_0), register tiles of
+//     up to 4 rows x 4 tokens; the int32 lanes of each block are summed
+//     exactly (shuffles and adds) into D_A, D_B for 4 rows, which then take
+//     the steps above with rows in xmm lanes.
 // Weights are prefetched 16 rows ahead into L2.
 #include <immintrin.h>
 
@@ -159,12 +160,16 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
         if (b + 1 < l.nb)
           sums[(b + 1) * l.ntp + t] = B.d * static_cast<float>(B.sum);
       }
-      // [A0..15 | B0..15 | A16..31 | B16..31], +128 for Q8_0.
-      __m512i v = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_set_m128i(B.lo, A.lo)),
-          _mm256_set_m128i(B.hi, A.hi), 1);
-      if (type == DType::kQ8_0) {
+      __m512i v;
+      if (type == DType::kQ8_0) {  // [A0..31 | B0..31] + 128
+        v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(A.hi, A.lo)),
+            _mm256_set_m128i(B.hi, B.lo), 1);
         v = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+      } else {  // [A0..15 | B0..15 | A16..31 | B16..31]
+        v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(B.lo, A.lo)),
+            _mm256_set_m128i(B.hi, A.hi), 1);
       }
       _mm512_store_si512(q + p * 64, v);
       _mm512_store_ps(scale + p * 16,
@@ -204,19 +209,14 @@ inline __m512i LoadNibblePair(const uint8_t* qa, const uint8_t* qb, bool pair) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// Q8_0 blocks b (and b+1 when `pair`) as 64 s8 values, same order.
+// Q8_0 blocks b (and b+1 when `pair`) as 64 s8 values [A0..31 | B0..31].
 inline __m512i LoadQ8Pair(const BlockQ8_0* blk, bool pair) {
-  const __m128i a0 =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs));
-  const __m128i a1 =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs + 16));
-  __m128i b0 = _mm_setzero_si128(), b1 = _mm_setzero_si128();
-  if (pair) {
-    b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs));
-    b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs + 16));
-  }
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b0, a0)),
-                            _mm256_set_m128i(b1, a1), 1);
+  const __m256i a =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+  const __m256i b =
+      pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+           : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
 // The f16 scales of blocks A and B (B = 0 unless kPair) as [dA, dB, 0, 0].
@@ -235,6 +235,32 @@ inline __m128 PairScalesMins(const BlockQ4_1* blk) {
   if constexpr (kPair) std::memcpy(&b, &blk[1].d, 4);
   return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(a)),
                                        static_cast<int>(b), 1));
+}
+
+// Exact per-block sums of four rows' block-pair dot products (int32 lanes
+// [A 4 | B 4 | A 4 | B 4], or [A 8 | B 8] for Q8_0) as
+// [D_A rows 0..3 | D_B rows 0..3].
+template <DType kType>
+inline __m256i SumBlockLanes(const __m512i* d) {
+  // 128-bit lanes [r A | r B | r+1 A | r+1 B], 4 partial sums each.
+  constexpr int kLo = kType == DType::kQ8_0 ? 0x88 : 0x44;
+  constexpr int kHi = kType == DType::kQ8_0 ? 0xdd : 0xee;
+  const __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i64x2(d[0], d[1], kLo),
+                                       _mm512_shuffle_i64x2(d[0], d[1], kHi));
+  const __m512i s23 = _mm512_add_epi32(_mm512_shuffle_i64x2(d[2], d[3], kLo),
+                                       _mm512_shuffle_i64x2(d[2], d[3], kHi));
+  // Adjacent lanes summed: 128-bit lanes [r0 A, r2 A | r0 B, r2 B |
+  // r1 A, r3 A | r1 B, r3 B], 2 partial sums each.
+  const __m512 a = _mm512_castsi512_ps(s01), b = _mm512_castsi512_ps(s23);
+  const __m512i s = _mm512_add_epi32(
+      _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+      _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+  // Full sums, duplicated in adjacent lanes: r0A at 0, r2A 2, r0B 4, r2B 6,
+  // r1A 8, r3A 10, r1B 12, r3B 14.
+  const __m512i t = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+  const __m512i idx =
+      _mm512_setr_epi32(0, 8, 2, 10, 4, 12, 6, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, t));
 }
 
 // Accumulators of a block-lane tile: rows in xmm lanes, one per token.
@@ -316,26 +342,21 @@ __attribute__((always_inline)) inline void QuantPairStep(
     if constexpr (kType == DType::kQ4_0) {
       xc = _mm512_load_si512(xt[t] + l.np * 128 + p * 64);
     }
-    __m256i e[4];
+    __m512i dot[4];
 #pragma GCC unroll 8
     for (int r = 0; r < 4; ++r) {
-      __m512i dot = zero;
+      dot[r] = zero;
       if (r < R) {
         if constexpr (kType == DType::kQ8_0) {
-          dot = _mm512_dpbusd_epi32(wc[r], xv, wv[r]);
+          dot[r] = _mm512_dpbusd_epi32(wc[r], xv, wv[r]);
         } else if constexpr (kType == DType::kQ4_0) {
-          dot = _mm512_dpbusd_epi32(xc, wv[r], xv);
+          dot[r] = _mm512_dpbusd_epi32(xc, wv[r], xv);
         } else {
-          dot = _mm512_dpbusd_epi32(zero, wv[r], xv);
+          dot[r] = _mm512_dpbusd_epi32(zero, wv[r], xv);
         }
       }
-      // [A 4 lanes | B 4 lanes]
-      e[r] = _mm256_add_epi32(_mm512_castsi512_si256(dot),
-                              _mm512_extracti64x4_epi64(dot, 1));
     }
-    // [D_A rows 0..3 | D_B rows 0..3], exact.
-    const __m256i d = _mm256_hadd_epi32(_mm256_hadd_epi32(e[0], e[1]),
-                                        _mm256_hadd_epi32(e[2], e[3]));
+    const __m256i d = SumBlockLanes<kType>(dot);
     const __m256 f = _mm256_cvtepi32_ps(d);
     // [d_x,A x4 | d_x,B x4]
     const __m256 dx = _mm256_load_ps(
