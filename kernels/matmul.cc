@@ -125,11 +125,16 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
   if (IsQuantized(w.type) && w.cols > 0) {
     uint8_t* xq = Scratch(k.prepared_bytes(w.type, w.cols, n_tokens));
     // Quantizing one token costs about as much as a few rows of the product;
-    // only fan out when there are enough tokens to pay for the wake-up.
-    if (n_tokens >= 8 && pool.num_threads() > 1) {
-      pool.ParallelFor(n_tokens, 4, [&](int64_t b, int64_t e) {
-        k.prepare(w.type, x, x_stride, w.cols, n_tokens, b, e, xq);
-      });
+    // only fan out when there are enough tokens to pay for the wake-up, and
+    // in groups of 16 tokens (the token-lane layouts interleave 16 tokens
+    // per cache line: a split inside a group would share lines).
+    constexpr int64_t kGroup = 16;
+    if (n_tokens >= 2 * kGroup && pool.num_threads() > 1) {
+      pool.ParallelFor(
+          (n_tokens + kGroup - 1) / kGroup, 1, [&](int64_t b, int64_t e) {
+            k.prepare(w.type, x, x_stride, w.cols, n_tokens, b * kGroup,
+                      std::min(n_tokens, e * kGroup), xq);
+          });
     } else {
       k.prepare(w.type, x, x_stride, w.cols, n_tokens, 0, n_tokens, xq);
     }

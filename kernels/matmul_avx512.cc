@@ -466,7 +466,7 @@ void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
         lo = _mm_and_si128(raw, mask);
         hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-        sum = SumU8(lo, hi);
+        sum = SumU8(_mm_add_epi8(lo, hi), _mm_setzero_si128());
         if constexpr (kType == DType::kQ4_0) {
           const __m128i eight = _mm_set1_epi8(8);
           lo = _mm_sub_epi8(lo, eight);
