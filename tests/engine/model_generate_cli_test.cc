@@ -37,7 +37,7 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-Result Run(const std::string& args) {
+Result RunGenerate(const std::string& args) {
   const std::string err_path =
       ::testing::TempDir() + "/generate_cli_stderr.txt";
   const std::string cmd = kBinary + " generate " + args + " 2>" + err_path;
@@ -70,7 +70,7 @@ TEST_F(GenerateCliTest, GreedyIdsMatchTheTransformersReference) {
   for (int id : meta["decode_ids"]) {
     want += (want.empty() ? "" : " ") + std::to_string(id);
   }
-  const Result r = Run("--model " + kStories + " --prompt-ids '" + prompt +
+  const Result r = RunGenerate("--model " + kStories + " --prompt-ids '" + prompt +
                        "' -n 16 --ids --ignore-eos --threads 2");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, want + "\n");
@@ -79,7 +79,7 @@ TEST_F(GenerateCliTest, GreedyIdsMatchTheTransformersReference) {
 }
 
 TEST_F(GenerateCliTest, StreamsTextWithoutThePrompt) {
-  const Result r = Run("--model " + kStories + " --tokenizer " + kTok +
+  const Result r = RunGenerate("--model " + kStories + " --tokenizer " + kTok +
                        " --prompt 'Once upon a time' -n 40 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_GT(r.out.size(), 20u);
@@ -91,9 +91,9 @@ TEST_F(GenerateCliTest, SeededSamplingIsReproducible) {
   const std::string args = "--model " + kStories + " --tokenizer " + kTok +
                            " --prompt 'Lily' -n 30 --temperature 0.9 "
                            "--top-p 0.95 --top-k 40 --ignore-eos --ids ";
-  const Result a = Run(args + "--seed 7");
-  const Result b = Run(args + "--seed 7");
-  const Result c = Run(args + "--seed 8");
+  const Result a = RunGenerate(args + "--seed 7");
+  const Result b = RunGenerate(args + "--seed 7");
+  const Result c = RunGenerate(args + "--seed 8");
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(a.out, c.out);
@@ -115,12 +115,12 @@ TEST_F(GenerateCliTest, BadArgumentsExit2WithAMessage) {
       {"--model " + kStories + " --prompt-ids 1 -n x", "'x' is not a number"},
   };
   for (const Case& c : cases) {
-    const Result r = Run(c.args);
+    const Result r = RunGenerate(c.args);
     EXPECT_EQ(r.code, 2) << c.args;
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args;
     EXPECT_THAT(r.err, HasSubstr("usage: pdserve generate"));
   }
-  const Result r = Run("--model " + kStories + " --prompt-ids '1 999' --ids");
+  const Result r = RunGenerate("--model " + kStories + " --prompt-ids '1 999' --ids");
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("id 999 outside the vocabulary [0, 512)"));
 }
