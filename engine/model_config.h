@@ -79,6 +79,8 @@ struct ModelConfig {
     for (bool b : linear_layers) n += b ? 1 : 0;
     return n;
   }
+  // Layers with a KV cache (full attention); the KV storage holds only these.
+  int64_t num_kv_layers() const { return num_layers - num_linear_layers(); }
   int64_t linear_key_dim() const {
     return linear_num_k_heads * linear_k_head_dim;
   }

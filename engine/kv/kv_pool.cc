@@ -17,12 +17,11 @@ namespace pdserve {
 
 KvModelShape KvModelShape::FromConfig(const ModelConfig& config) {
   KvModelShape shape;
-  shape.num_attention_layers = config.num_layers;
+  shape.num_attention_layers = config.num_kv_layers();
   shape.kv_dim = config.kv_dim();
   shape.max_context = config.max_context;
-  // Hybrid models: one state slot per sequence, laid out per linear layer as
-  // ForwardPass / GatedDeltaNet read it. (ForwardPass indexes KV by model
-  // layer, so every layer keeps a KV slot, linear ones unused.)
+  // Hybrid models: KV for the full-attention layers only, and one state
+  // slot per sequence laid out per linear layer as GatedDeltaNet reads it.
   shape.num_linear_layers = config.num_linear_layers();
   if (shape.num_linear_layers > 0) {
     shape.conv_state_floats = config.conv_state_floats();

@@ -68,11 +68,12 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
     const ModelWeights& weights, KvStorage& kv, ThreadPool& pool,
     int64_t max_batch_tokens) {
   const ModelConfig& c = weights.config;
-  if (kv.num_layers() != c.num_layers || kv.kv_dim() != c.kv_dim()) {
+  if (kv.num_layers() != c.num_kv_layers() || kv.kv_dim() != c.kv_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV storage has ", kv.num_layers(), " layers of kv_dim ", kv.kv_dim(),
-        "; model ", c.name, " needs ", c.num_layers, " layers of kv_dim ",
-        c.kv_dim()));
+        "; model ", c.name, " needs ", c.num_kv_layers(),
+        " layers of kv_dim ", c.kv_dim(),
+        c.num_linear_layers() > 0 ? " (its full-attention layers)" : ""));
   }
   if (max_batch_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -119,7 +120,7 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
                          ThreadPool& pool, int64_t max_batch_tokens)
     : weights_(weights), kv_(kv), pool_(pool), max_tokens_(max_batch_tokens) {
   const ModelConfig& c = weights_.config;
-  if (kv.num_layers() != c.num_layers || kv.kv_dim() != c.kv_dim() ||
+  if (kv.num_layers() != c.num_kv_layers() || kv.kv_dim() != c.kv_dim() ||
       max_batch_tokens < 1) {
     std::abort();  // Create() reports this as an error.
   }
@@ -170,6 +171,7 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
     gdn_ = std::make_unique<GatedDeltaNet>(c, max_tokens_, pool_.num_threads());
     int64_t li = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) {
+      linear_before_.push_back(li);
       linear_index_.push_back(c.IsLinearLayer(l) ? li++ : -1);
       const LayerWeights& lw = weights_.layers[l];
       for (const WeightView* w :
@@ -395,8 +397,11 @@ void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
   MatMul(lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim(), pool_);
   MatMul(lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim(), pool_);
   QkNormAndRope(lw);
-  StoreKv(layer, batch);
-  Attention(layer, batch);
+  // KV storage layer: full-attention layers are numbered without the linear
+  // ones (hybrid models); identical to `layer` for dense models.
+  const int64_t kv_layer = layer - (gdn_ ? linear_before_[layer] : 0);
+  StoreKv(kv_layer, batch);
+  Attention(kv_layer, batch);
   if (c.attn_output_gate) {
     pool_.ParallelFor(rows * qd, 1024, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {

@@ -173,6 +173,7 @@ class ForwardPass {
   // q_proj output [q | gate per head] and the gates.
   std::unique_ptr<GatedDeltaNet> gdn_;
   std::vector<int64_t> linear_index_;
+  std::vector<int64_t> linear_before_;  // linear layers below each layer
   std::vector<float> qg_;
   std::vector<float> attn_gate_;
 };

@@ -33,10 +33,11 @@ SequenceRunner::SequenceRunner(const ModelWeights& weights, ThreadPool& pool,
     : weights_(weights),
       capacity_(capacity),
       max_chunk_(max_chunk),
-      kv_(weights.config.num_layers, weights.config.kv_dim(), kPageSize,
+      kv_(weights.config.num_kv_layers(), weights.config.kv_dim(), kPageSize,
           (capacity + kPageSize - 1) / kPageSize),
       pages_((capacity + kPageSize - 1) / kPageSize),
-      logits_(weights.config.vocab_size) {
+      logits_(weights.config.vocab_size),
+      linear_state_(weights.config.linear_state_floats()) {
   std::iota(pages_.begin(), pages_.end(), 0);
 }
 
@@ -57,6 +58,7 @@ absl::StatusOr<absl::Span<const float>> SequenceRunner::Feed(
     span.tokens = tokens.subspan(done, chunk);
     span.start_pos = position_;
     span.page_table = pages_;
+    if (!linear_state_.empty()) span.linear_state = linear_state_.data();
     absl::Status s =
         forward_->Run({&span, 1}, absl::MakeSpan(logits_), &stats_);
     if (!s.ok()) return s;

@@ -54,6 +54,7 @@ class SequenceRunner {
   std::unique_ptr<ForwardPass> forward_;
   std::vector<int32_t> pages_;
   std::vector<float> logits_;
+  std::vector<float> linear_state_;  // hybrid models: conv + recurrent state
   int64_t position_ = 0;
   ForwardStats stats_;
 };

@@ -9,6 +9,7 @@
 
 #include "engine/loader/model_loader.h"
 #include "engine/model/mrope.h"
+#include "engine/model/sequence_runner.h"
 #include "gtest/gtest.h"
 #include "tests/engine/hybrid_test_util.h"
 
@@ -73,7 +74,7 @@ TEST(HybridQwen35Test, BatchedGreedyEqualsAlone) {
 TEST(HybridQwen35Test, SpanWithoutLinearStateIsRejected) {
   auto w = Load();
   ASSERT_NE(w, nullptr);
-  KvStorage kv(w->config.num_layers, w->config.kv_dim(), 16, 4);
+  KvStorage kv(w->config.num_kv_layers(), w->config.kv_dim(), 16, 4);
   ThreadPool pool(1);
   auto fp = ForwardPass::Create(*w, kv, pool, 16);
   ASSERT_TRUE(fp.ok()) << fp.status();
@@ -84,6 +85,37 @@ TEST(HybridQwen35Test, SpanWithoutLinearStateIsRejected) {
   absl::Status s = (*fp)->Run({&span, 1}, absl::MakeSpan(logits));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("linear_state"), std::string::npos) << s;
+}
+
+// SequenceRunner (pdserve generate) carries the linear state across its
+// chunks and Reset; the KV storage holds only the 2 full-attention layers.
+TEST(HybridQwen35Test, SequenceRunnerMatchesGolden) {
+  auto w = Load();
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->config.num_kv_layers(), 2);
+  const nlohmann::json meta = hybrid_test::ReadJson(kDir + "/expected.json");
+  const std::vector<float> expected =
+      hybrid_test::ReadF32(kDir + "/expected_logits.f32");
+  const int64_t vocab = w->config.vocab_size;
+  const std::vector<int32_t> prompt = Prompt();
+  const auto decode = meta["decode_ids"].get<std::vector<int32_t>>();
+  ThreadPool pool(2);
+  auto runner = SequenceRunner::Create(*w, pool, 64, 5);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  for (int pass = 0; pass < 2; ++pass) {  // the second after Reset
+    (*runner)->Reset();
+    auto logits = (*runner)->Feed(prompt);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t k = 0; k < 4; ++k) {
+      const float* want = expected.data() + (prompt.size() - 1 + k) * vocab;
+      for (int64_t i = 0; i < vocab; ++i) {
+        ASSERT_NEAR((*logits)[i], want[i], 1e-4) << "pass " << pass
+                                                 << " step " << k;
+      }
+      logits = (*runner)->Feed({&decode[k], 1});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+    }
+  }
 }
 
 // Text tokens have t == h == w: the interleaved mRoPE is plain RoPE, bit for

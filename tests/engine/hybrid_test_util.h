@@ -53,7 +53,7 @@ class MultiRunner {
 
   explicit MultiRunner(const ModelWeights& w, int64_t max_tokens = 64)
       : w_(w),
-        kv_(w.config.num_layers, w.config.kv_dim(), kPage,
+        kv_(w.config.num_kv_layers(), w.config.kv_dim(), kPage,
             kPagesPerSeq * kSeqs),
         pool_(2),
         pos_(kSeqs, 0) {
