@@ -84,9 +84,10 @@ std::unique_ptr<ModelWeights> MakeModel() {
     lw.wo = b.Matrix(c.hidden_size, c.q_dim(), t);
     lw.router = b.Matrix(c.num_experts, c.hidden_size, DType::kF32);
     for (int64_t x = 0; x < c.num_experts; ++x) {
-      lw.experts.push_back({b.Matrix(c.moe_intermediate_size, c.hidden_size, t),
-                            b.Matrix(c.moe_intermediate_size, c.hidden_size, t),
-                            b.Matrix(c.hidden_size, c.moe_intermediate_size, t)});
+      lw.experts.push_back(
+          {b.Matrix(c.moe_intermediate_size, c.hidden_size, t),
+           b.Matrix(c.moe_intermediate_size, c.hidden_size, t),
+           b.Matrix(c.hidden_size, c.moe_intermediate_size, t)});
     }
     w->layers.push_back(std::move(lw));
   }
@@ -99,8 +100,7 @@ struct Result {
   double expert_matrices_per_step = 0;
 };
 
-Result RunBatch(const ModelWeights& w, ThreadPool& pool, int batch,
-                int steps) {
+Result RunBatch(const ModelWeights& w, ThreadPool& pool, int batch, int steps) {
   const ModelConfig& c = w.config;
   const int64_t page = 16, pages_per_seq = 16;
   KvStorage kv(c.num_layers, c.kv_dim(), page, pages_per_seq * batch);
@@ -115,7 +115,8 @@ Result RunBatch(const ModelWeights& w, ThreadPool& pool, int batch,
   for (int s = 0; s < batch; ++s) {
     pages[s].resize(pages_per_seq);
     std::iota(pages[s].begin(), pages[s].end(), s * pages_per_seq);
-    for (int i = 0; i < 16; ++i) prompts[s].push_back(1 + (s * 131 + i * 17) % 8000);
+    for (int i = 0; i < 16; ++i)
+      prompts[s].push_back(1 + (s * 131 + i * 17) % 8000);
   }
   std::vector<float> logits(batch * c.vocab_size);
   auto step = [&](bool prefill, ForwardStats* st) {
@@ -130,8 +131,8 @@ Result RunBatch(const ModelWeights& w, ThreadPool& pool, int batch,
     for (int s = 0; s < batch; ++s) {
       pos[s] += spans[s].size();
       const float* row = logits.data() + s * c.vocab_size;
-      next[s] = static_cast<int32_t>(
-          std::max_element(row, row + c.vocab_size) - row);
+      next[s] =
+          static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
     }
   };
   step(true, nullptr);
@@ -139,8 +140,9 @@ Result RunBatch(const ModelWeights& w, ThreadPool& pool, int batch,
   ForwardStats st;
   const auto t0 = std::chrono::steady_clock::now();
   for (int k = 0; k < steps; ++k) step(false, &st);
-  const double sec = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - t0).count();
+  const double sec =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   Result r;
   r.tok_per_s = batch * steps / sec;
   r.experts_selected_per_step = double(st.experts_selected) / steps;
@@ -165,7 +167,8 @@ int main(int argc, char** argv) {
   int steps = 32, threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--threads") == 0)
+      threads = std::atoi(argv[i + 1]);
   }
   auto w = pdserve::MakeModel();
   pdserve::ThreadPool pool(threads);

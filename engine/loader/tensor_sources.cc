@@ -59,8 +59,9 @@ KindNames NamesOf(WeightKind kind) {
       return {"ffn_up_exps.weight", "mlp.experts.gate_up_proj", "", true};
     case WeightKind::kFfnDownExps:
       return {"ffn_down_exps.weight", "mlp.experts.down_proj", "", true};
-    // GGUF: llama.cpp's qwen35 names, not reachable yet (ConfigFromGguf
-    // does not accept qwen35: its converter also rewrites A_log and norms).
+    // GGUF names as gguf-py's qwen35 / qwen3next tensor lists; not reachable
+    // yet: ConfigFromGguf accepts neither architecture (llama.cpp's converter
+    // also rewrites A_log, the norms and the conv weight's shape).
     case WeightKind::kLinQkv:
       return {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", "", true};
     case WeightKind::kLinZ:

@@ -50,7 +50,8 @@ void GatedDeltaNet::Conv(int64_t linear_index, const LayerWeights& lw,
   const int64_t dim = c_.linear_conv_dim();
   const int64_t kw = c_.linear_conv_kernel;
   const int64_t keep = kw - 1;
-  const int64_t per_layer = c_.conv_state_floats() + c_.recurrent_state_floats();
+  const int64_t per_layer =
+      c_.conv_state_floats() + c_.recurrent_state_floats();
   const int64_t items = static_cast<int64_t>(batch.size()) * dim;
   pool.ParallelFor(items, 64, [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
@@ -129,18 +130,24 @@ void GatedDeltaNet::Chunked(float* S, int64_t row0, int64_t n, int64_t h,
   const int64_t kh = h / (nv / c_.linear_num_k_heads);
   const int64_t koff = c_.linear_key_dim() + kh * kd;
   const int64_t voff = 2 * c_.linear_key_dim() + h * vd;
-  float* gc = scratch;                  // [kChunk]
-  float* T = gc + kChunk;               // [kChunk][kChunk] strict lower
-  float* QK = T + kChunk * kChunk;      // [kChunk][kChunk] q_i . k_j decayed
-  float* U = QK + kChunk * kChunk;      // [kChunk][vd]
-  float* W = U + kChunk * vd;           // [kChunk][kd]
-  float* VN = W + kChunk * kd;          // [kChunk][vd] v_new
-  float* O = VN + kChunk * vd;          // [kChunk][vd]
+  float* gc = scratch;              // [kChunk]
+  float* T = gc + kChunk;           // [kChunk][kChunk] strict lower
+  float* QK = T + kChunk * kChunk;  // [kChunk][kChunk] q_i . k_j decayed
+  float* U = QK + kChunk * kChunk;  // [kChunk][vd]
+  float* W = U + kChunk * vd;       // [kChunk][kd]
+  float* VN = W + kChunk * kd;      // [kChunk][vd] v_new
+  float* O = VN + kChunk * vd;      // [kChunk][vd]
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t L = std::min(kChunk, n - c0);
-    auto q = [&](int64_t i) { return conv_.data() + (row0 + c0 + i) * dim + kh * kd; };
-    auto k = [&](int64_t i) { return conv_.data() + (row0 + c0 + i) * dim + koff; };
-    auto v = [&](int64_t i) { return conv_.data() + (row0 + c0 + i) * dim + voff; };
+    auto q = [&](int64_t i) {
+      return conv_.data() + (row0 + c0 + i) * dim + kh * kd;
+    };
+    auto k = [&](int64_t i) {
+      return conv_.data() + (row0 + c0 + i) * dim + koff;
+    };
+    auto v = [&](int64_t i) {
+      return conv_.data() + (row0 + c0 + i) * dim + voff;
+    };
     auto beta = [&](int64_t i) { return b_[(row0 + c0 + i) * nv + h]; };
     float acc = 0.0f;
     for (int64_t i = 0; i < L; ++i) {
@@ -176,17 +183,19 @@ void GatedDeltaNet::Chunked(float* S, int64_t row0, int64_t n, int64_t h,
         Axpy(-W[i * kd + y], S + y * vd, vn, vd);
         Axpy(q(i)[y] * eg, S + y * vd, o, vd);
       }
-      for (int64_t j = 0; j <= i; ++j) Axpy(QK[i * kChunk + j], VN + j * vd, o, vd);
-      std::memcpy(core_.data() + (row0 + c0 + i) * c_.linear_value_dim() +
-                      h * vd,
-                  o, vd * sizeof(float));
+      for (int64_t j = 0; j <= i; ++j)
+        Axpy(QK[i * kChunk + j], VN + j * vd, o, vd);
+      std::memcpy(
+          core_.data() + (row0 + c0 + i) * c_.linear_value_dim() + h * vd, o,
+          vd * sizeof(float));
     }
     const float last = gc[L - 1];
     const float el = std::exp(last);
     for (int64_t x = 0; x < kd * vd; ++x) S[x] *= el;
     for (int64_t j = 0; j < L; ++j) {
       const float d = std::exp(last - gc[j]);
-      for (int64_t y = 0; y < kd; ++y) Axpy(k(j)[y] * d, VN + j * vd, S + y * vd, vd);
+      for (int64_t y = 0; y < kd; ++y)
+        Axpy(k(j)[y] * d, VN + j * vd, S + y * vd, vd);
     }
   }
 }
@@ -205,7 +214,8 @@ void GatedDeltaNet::Run(int64_t linear_index, const LayerWeights& lw,
   MatMul(lw.lin_a, xn, hidden, rows, a_.data(), nv, pool);
   Conv(linear_index, lw, batch, first_row, pool);
   PrepareHeads(lw, rows, pool);
-  const int64_t per_layer = c_.conv_state_floats() + c_.recurrent_state_floats();
+  const int64_t per_layer =
+      c_.conv_state_floats() + c_.recurrent_state_floats();
   const int64_t items = static_cast<int64_t>(batch.size()) * nv;
   std::atomic<int64_t> next{0};
   pool.RunOnAll([&](int thread) {

@@ -125,8 +125,8 @@ void MoeBlock::Run(const LayerWeights& lw, const float* xn, int64_t rows,
     const int64_t o = offset_[x];
     MatMul(ew.gate, xg_.data() + o * hidden_, hidden_, n,
            gate_.data() + o * inter_, inter_, pool);
-    MatMul(ew.up, xg_.data() + o * hidden_, hidden_, n,
-           up_.data() + o * inter_, inter_, pool);
+    MatMul(ew.up, xg_.data() + o * hidden_, hidden_, n, up_.data() + o * inter_,
+           inter_, pool);
     SwiGlu(gate_.data() + o * inter_, up_.data() + o * inter_, n * inter_,
            gate_.data() + o * inter_);
     MatMul(ew.down, gate_.data() + o * inter_, inter_, n,

@@ -52,8 +52,8 @@ class MoeBlock {
   void Route(const LayerWeights& lw, const float* xn, int64_t rows,
              ThreadPool& pool);
   void Group(int64_t rows);
-  void Shared(const LayerWeights& lw, const float* xn, int64_t rows,
-              float* out, ThreadPool& pool);
+  void Shared(const LayerWeights& lw, const float* xn, int64_t rows, float* out,
+              ThreadPool& pool);
 
   const int64_t hidden_;
   const int64_t experts_;
@@ -73,10 +73,10 @@ class MoeBlock {
   std::vector<float> up_;            // [max_rows*top_k][inter]
   std::vector<float> yg_;            // expert outputs [max_rows*top_k][hidden]
   const int64_t shared_inter_;
-  std::vector<float> sh_gate_;       // [max_rows][shared_inter]
-  std::vector<float> sh_up_;         // [max_rows][shared_inter]
-  std::vector<float> sh_out_;        // [max_rows][hidden]
-  std::vector<float> sh_g_;          // [max_rows] shared gate logit
+  std::vector<float> sh_gate_;  // [max_rows][shared_inter]
+  std::vector<float> sh_up_;    // [max_rows][shared_inter]
+  std::vector<float> sh_out_;   // [max_rows][hidden]
+  std::vector<float> sh_g_;     // [max_rows] shared gate logit
   MoeCounters counters_;
 };
 

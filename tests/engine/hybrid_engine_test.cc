@@ -72,8 +72,8 @@ TEST(HybridEngineTest, StateSlotsCarryAcrossChunksAndSequences) {
       const int64_t left = static_cast<int64_t>(p.size()) - pos[id];
       // Prefill chunks of 5 (3 for sequence 3) mixed with decodes.
       const int64_t chunk = id == 3 ? 3 : 5;
-      plan.push_back({id, static_cast<int32_t>(
-                              left > 0 ? std::min(chunk, left) : 1)});
+      plan.push_back(
+          {id, static_cast<int32_t>(left > 0 ? std::min(chunk, left) : 1)});
     }
     if (plan.empty()) break;
     StepResult r;
@@ -81,8 +81,7 @@ TEST(HybridEngineTest, StateSlotsCarryAcrossChunksAndSequences) {
     for (const SequenceStepResult& s : r.sequences) {
       pos[s.id] = s.next_pos;
       if (s.has_token) got[s.id].push_back(s.token);
-      if (s.id == 2 && static_cast<int>(got[2].size()) == kNew &&
-          !added_late) {
+      if (s.id == 2 && static_cast<int>(got[2].size()) == kNew && !added_late) {
         ASSERT_TRUE(e.Release(2).ok());
         ASSERT_TRUE(e.AddSequence(4, late, 128, greedy, {}, kNew).ok());
         added_late = true;

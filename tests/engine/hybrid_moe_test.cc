@@ -2,9 +2,10 @@
 // tests/tools/make_hybrid_fixtures.py), chunked prefill == one-shot, batched
 // greedy == alone, the same model through llama.cpp's GGUF names, and the
 // expert-read accounting (each selected expert read once per step).
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,8 @@ TEST(HybridMoeTest, BatchedGreedyEqualsAlone) {
       *w,
       {std::vector<int32_t>(p.begin(), p.begin() + 20),
        std::vector<int32_t>(p.begin() + 5, p.begin() + 12),
-       std::vector<int32_t>(p.begin() + 10, p.end()), {1, 7}},
+       std::vector<int32_t>(p.begin() + 10, p.end()),
+       {1, 7}},
       12);
 }
 

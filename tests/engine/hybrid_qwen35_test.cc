@@ -67,7 +67,8 @@ TEST(HybridQwen35Test, BatchedGreedyEqualsAlone) {
       *w,
       {std::vector<int32_t>(p.begin(), p.begin() + 20),
        std::vector<int32_t>(p.begin() + 5, p.begin() + 12),
-       std::vector<int32_t>(p.begin() + 10, p.end()), {1, 7}},
+       std::vector<int32_t>(p.begin() + 10, p.end()),
+       {1, 7}},
       12);
 }
 
@@ -109,8 +110,8 @@ TEST(HybridQwen35Test, SequenceRunnerMatchesGolden) {
     for (size_t k = 0; k < 4; ++k) {
       const float* want = expected.data() + (prompt.size() - 1 + k) * vocab;
       for (int64_t i = 0; i < vocab; ++i) {
-        ASSERT_NEAR((*logits)[i], want[i], 1e-4) << "pass " << pass
-                                                 << " step " << k;
+        ASSERT_NEAR((*logits)[i], want[i], 1e-4)
+            << "pass " << pass << " step " << k;
       }
       logits = (*runner)->Feed({&decode[k], 1});
       ASSERT_TRUE(logits.ok()) << logits.status();

@@ -62,7 +62,8 @@ TEST(HybridQwen3NextTest, BatchedGreedyEqualsAlone) {
       *w,
       {std::vector<int32_t>(p.begin(), p.begin() + 20),
        std::vector<int32_t>(p.begin() + 5, p.begin() + 12),
-       std::vector<int32_t>(p.begin() + 10, p.end()), {1, 7}},
+       std::vector<int32_t>(p.begin() + 10, p.end()),
+       {1, 7}},
       12);
 }
 

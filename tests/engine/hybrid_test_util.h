@@ -137,12 +137,12 @@ inline void CheckGolden(const ModelWeights& w, const std::string& dir,
     const float* want = expected.data() + (prompt.size() + k) * vocab;
     for (int64_t i = 0; i < vocab; ++i) {
       max_diff = std::max(max_diff, std::fabs(last[i] - want[i]));
-      ASSERT_NEAR(last[i], want[i], tol) << "decode step " << k << " logit "
-                                         << i;
+      ASSERT_NEAR(last[i], want[i], tol)
+          << "decode step " << k << " logit " << i;
     }
   }
-  std::printf("%s: largest logit difference %.3g over %zu rows\n",
-              dir.c_str(), max_diff, prompt.size() + decode.size());
+  std::printf("%s: largest logit difference %.3g over %zu rows\n", dir.c_str(),
+              max_diff, prompt.size() + decode.size());
 }
 
 // Prefill in chunks of `chunk` tokens (all rows) must equal one-shot.
