@@ -379,13 +379,29 @@ absl::Status HybridFromHfJson(const json& j, const std::string& source,
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& j,
+absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& top,
                                              const std::string& source,
                                              const std::string& name) {
-  if (!j.is_object()) {
+  if (!top.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": config must be a JSON object"));
   }
+  // Published Qwen3.5 checkpoints (Qwen3_5ForConditionalGeneration) nest the
+  // language model's config in text_config; the vision tower is ignored.
+  json nested;
+  const bool multimodal = top.contains("text_config") &&
+                          top["text_config"].is_object() &&
+                          top["text_config"].contains("model_type") &&
+                          top["text_config"]["model_type"] == "qwen3_5_text";
+  if (multimodal) {
+    nested = top["text_config"];
+    nested.erase("architectures");
+    for (const char* key : {"tie_word_embeddings", "bos_token_id",
+                            "eos_token_id"}) {
+      if (!nested.contains(key) && top.contains(key)) nested[key] = top[key];
+    }
+  }
+  const json& j = multimodal ? nested : top;
   ModelConfig c;
   PDSERVE_ASSIGN(c.arch, HfArchitecture(j, source));
   if (absl::Status s = CheckHfUnsupported(j, source); !s.ok()) return s;

@@ -139,11 +139,20 @@ class SafetensorsSource : public TensorSource {
     return n.per_layer ? absl::StrCat("model.layers.", layer, ".", n.hf) : n.hf;
   }
   bool Has(WeightKind kind, int64_t layer) const override {
-    return m_->FindTensor(Name(kind, layer)) != nullptr;
+    return m_->FindTensor(Resolve(Name(kind, layer))) != nullptr;
+  }
+  // "model.X" is looked up as "model.language_model.X" when the file holds
+  // a multimodal checkpoint's language model (Qwen3.5).
+  std::string Resolve(const std::string& name) const {
+    if (m_->FindTensor(name) == nullptr && name.rfind("model.", 0) == 0) {
+      std::string alt = "model.language_model." + name.substr(6);
+      if (m_->FindTensor(alt) != nullptr) return alt;
+    }
+    return name;
   }
   absl::StatusOr<RawTensor> Get(WeightKind kind, int64_t layer) const override {
     absl::StatusOr<const SafetensorsTensor*> t =
-        m_->GetTensor(Name(kind, layer));
+        m_->GetTensor(Resolve(Name(kind, layer)));
     if (!t.ok()) return t.status();
     RawTensor r;
     r.name = (*t)->name;
@@ -198,7 +207,8 @@ absl::StatusOr<RawTensor> SafetensorsSource::GetExpert(WeightKind kind,
                                                       : "down_proj";
   const std::string name = absl::StrCat("model.layers.", layer, ".mlp.experts.",
                                         expert, ".", proj, ".weight");
-  if (const SafetensorsTensor* t = m_->FindTensor(name); t != nullptr) {
+  if (const SafetensorsTensor* t = m_->FindTensor(Resolve(name));
+      t != nullptr) {
     RawTensor r;
     r.name = t->name;
     r.type = t->type;

@@ -3,7 +3,13 @@
 // tests/tools/make_hybrid_fixtures.py), chunked prefill == one-shot (the
 // conv and recurrent states carried across chunks), batched greedy == alone,
 // and the text-only mRoPE reducing to plain RoPE.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -117,6 +123,50 @@ TEST(HybridQwen35Test, SequenceRunnerMatchesGolden) {
       ASSERT_TRUE(logits.ok()) << logits.status();
     }
   }
+}
+
+// The layout published Qwen3.5 checkpoints use: Qwen3_5ForConditionalGeneration
+// with the language model's config in text_config and its weights under
+// model.language_model.*. The fixture rewritten that way gives the same
+// golden logits.
+TEST(HybridQwen35Test, MultimodalCheckpointLayoutLoads) {
+  const std::string dir =
+      ::testing::TempDir() + "/hybrid_qwen35_mm_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  nlohmann::json text = hybrid_test::ReadJson(kDir + "/config.json");
+  text.erase("architectures");
+  nlohmann::json top = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                        {"model_type", "qwen3_5"},
+                        {"tie_word_embeddings", false},
+                        {"text_config", text},
+                        {"vision_config", {{"depth", 2}}}};
+  std::ofstream(dir + "/config.json") << top.dump(1);
+  // safetensors: u64 header length, JSON header, data (offsets relative to
+  // the data, so renaming keys keeps them valid).
+  std::ifstream in(kDir + "/model.safetensors", std::ios::binary);
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string bytes = all.str();
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  nlohmann::json renamed;
+  for (const auto& [key, value] : header.items()) {
+    const bool lm = key.rfind("model.", 0) == 0;
+    renamed[lm ? "model.language_model." + key.substr(6) : key] = value;
+  }
+  std::string h = renamed.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  const uint64_t hn = h.size();
+  std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&hn), 8);
+  out << h << bytes.substr(8 + n);
+  out.close();
+  auto w = LoadModel(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->config.arch, Architecture::kQwen35);
+  hybrid_test::CheckGolden(**w, kDir, 1e-4f);
 }
 
 // Text tokens have t == h == w: the interleaved mRoPE is plain RoPE, bit for
