@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/formats/gguf_writer.h"
+#include "engine/loader/model_config_io.h"
 #include "engine/loader/model_loader.h"
 #include "gtest/gtest.h"
 #include "tests/engine/hybrid_test_util.h"
@@ -44,6 +45,38 @@ TEST(HybridMoeTest, ConfigFromHfJson) {
   EXPECT_TRUE(c->IsMoeLayer(0));
   EXPECT_FALSE(c->IsMoeLayer(1));  // mlp_only_layers
   EXPECT_TRUE(c->IsMoeLayer(2));
+}
+
+// The Qwen3-235B-A22B config.json (values as published): 128 experts, top-8,
+// expert width 1536, no shared expert, every layer sparse.
+TEST(HybridMoeTest, Qwen3_235B_A22B_Config) {
+  const nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 12288, "max_position_embeddings": 40960,
+    "max_window_layers": 94, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 1536, "norm_topk_prob": true,
+    "num_attention_heads": 64, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 94, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+  auto c = ConfigFromHfJson(j, "Qwen3-235B-A22B/config.json", "235B");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->num_experts_used, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 1536);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 0);
+  EXPECT_EQ(c->q_dim(), 64 * 128);
+  EXPECT_EQ(c->kv_dim(), 4 * 128);
+  for (int64_t l = 0; l < c->num_layers; ++l) EXPECT_TRUE(c->IsMoeLayer(l));
+  EXPECT_EQ(c->num_linear_layers(), 0);
+  EXPECT_EQ(c->num_kv_layers(), 94);
 }
 
 TEST(HybridMoeTest, MatchesTransformers) {
