@@ -22,3 +22,8 @@ if(TARGET pdserve_model AND TARGET pdserve_loader)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_qwen3next_test.cc
     LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
 endif()
+if(TARGET pdserve_model AND TARGET pdserve_loader)
+  pdserve_add_test(NAME hybrid_alloc_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_alloc_test.cc
+    LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
+endif()
