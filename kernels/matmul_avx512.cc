@@ -428,6 +428,68 @@ inline int32_t SumU8(__m128i lo, __m128i hi) {
   return _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
 }
 
+// Four Q4_x blocks b..b+3 of `row` at once into slots i..i+3 of u.
+template <DType kType>
+inline void UnpackQ4Four(const uint8_t* row, int64_t b, int64_t i,
+                         Unpacked& u) {
+  constexpr int64_t kB = kBlockBytes<kType>;
+  constexpr int64_t kQs = kType == DType::kQ4_1 ? 4 : 2;  // qs offset
+  const uint8_t* p = row + b * kB;
+  auto load = [](const uint8_t* a) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  };
+  __m512i raw = _mm512_castsi128_si512(load(p + kQs));
+  raw = _mm512_inserti32x4(raw, load(p + kB + kQs), 1);
+  raw = _mm512_inserti32x4(raw, load(p + 2 * kB + kQs), 2);
+  raw = _mm512_inserti32x4(raw, load(p + 3 * kB + kQs), 3);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  __m512i lo = _mm512_and_si512(raw, mask);
+  __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+  // Nibble sums per block: SAD gives two u64 halves per 128-bit lane.
+  const __m512i sad =
+      _mm512_sad_epu8(_mm512_add_epi8(lo, hi), _mm512_setzero_si512());
+  const __m512i both =
+      _mm512_add_epi64(sad, _mm512_shuffle_epi32(sad, _MM_PERM_BADC));
+  __m128i sums = _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+      both));
+  if constexpr (kType == DType::kQ4_0) {
+    const __m512i eight = _mm512_set1_epi8(8);
+    lo = _mm512_sub_epi8(lo, eight);
+    hi = _mm512_sub_epi8(hi, eight);
+    sums = _mm_sub_epi32(sums, _mm_set1_epi32(256));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(u.corr + i),
+                   _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sums, 7)));
+  // Per block [lo 16 | hi 16].
+  _mm512_storeu_si512(u.q + i * 32,
+                      _mm512_permutex2var_epi64(
+                          lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+  _mm512_storeu_si512(
+      u.q + i * 32 + 64,
+      _mm512_permutex2var_epi64(
+          lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
+  if constexpr (kType == DType::kQ4_1) {  // (d, m) pairs
+    uint32_t dm[4];
+    for (int k = 0; k < 4; ++k) std::memcpy(&dm[k], p + k * kB, 4);
+    const __m256 f = _mm256_cvtph_ps(
+        _mm_setr_epi32(static_cast<int>(dm[0]), static_cast<int>(dm[1]),
+                       static_cast<int>(dm[2]), static_cast<int>(dm[3])));
+    _mm_storeu_ps(u.d + i, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(
+                               f, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0))));
+    _mm_storeu_ps(u.m + i, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(
+                               f, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0))));
+  } else {
+    uint16_t d[4];
+    for (int k = 0; k < 4; ++k) std::memcpy(&d[k], p + k * kB, 2);
+    _mm_storeu_ps(u.d + i,
+                  _mm_cvtph_ps(_mm_setr_epi16(
+                      static_cast<int16_t>(d[0]), static_cast<int16_t>(d[1]),
+                      static_cast<int16_t>(d[2]), static_cast<int16_t>(d[3]), 0,
+                      0, 0, 0)));
+  }
+}
+
 template <DType kType>
 void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
                 Unpacked& u) {
@@ -436,7 +498,17 @@ void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
   for (int r = 0; r < nr; ++r) {
     const uint8_t* row = w.row(r0 + r);
     const int64_t base = r * kSegBlocks - b0;
-    for (int64_t b = b0; b < b1; ++b) {
+    if constexpr (kType != DType::kQ8_0) {
+      for (int64_t b = b0; b + 4 <= b1; b += 4) {
+        const char* ahead = reinterpret_cast<const char*>(row) +
+                            16 * w.row_bytes + b * kBlockBytes<kType>;
+        _mm_prefetch(ahead, _MM_HINT_T1);
+        _mm_prefetch(ahead + 64, _MM_HINT_T1);
+        UnpackQ4Four<kType>(row, b, base + b, u);
+      }
+    }
+    const int64_t first = kType == DType::kQ8_0 ? b0 : b1 - (b1 - b0) % 4;
+    for (int64_t b = first; b < b1; ++b) {
       if (b * kBlockBytes<kType> % 64 < kBlockBytes<kType>) {
         _mm_prefetch(reinterpret_cast<const char*>(row) + 16 * w.row_bytes +
                          b * kBlockBytes<kType>,
