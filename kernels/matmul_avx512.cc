@@ -490,6 +490,48 @@ inline void UnpackQ4Four(const uint8_t* row, int64_t b, int64_t i,
   }
 }
 
+// Four Q8_0 blocks b..b+3 of `row` at once into slots i..i+3 of u.
+inline void UnpackQ8Four(const uint8_t* row, int64_t b, int64_t i,
+                         Unpacked& u) {
+  constexpr int64_t kB = sizeof(BlockQ8_0);
+  const uint8_t* p = row + b * kB;
+  auto load = [](const uint8_t* a) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  };
+  const __m512i q01 = _mm512_inserti64x4(_mm512_castsi256_si512(load(p + 2)),
+                                         load(p + kB + 2), 1);
+  const __m512i q23 = _mm512_inserti64x4(
+      _mm512_castsi256_si512(load(p + 2 * kB + 2)), load(p + 3 * kB + 2), 1);
+  _mm512_storeu_si512(u.q + i * 32, q01);
+  _mm512_storeu_si512(u.q + i * 32 + 64, q23);
+  // sum(q + 128) per block: SAD gives four u64 partials per block.
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i s01 =
+      _mm512_sad_epu8(_mm512_xor_si512(q01, bias), _mm512_setzero_si512());
+  const __m512i s23 =
+      _mm512_sad_epu8(_mm512_xor_si512(q23, bias), _mm512_setzero_si512());
+  // 128-bit lanes [b0 | b0 | b1 | b1] x [b2 | b2 | b3 | b3] -> 2 partials.
+  const __m512i a = _mm512_add_epi64(_mm512_unpacklo_epi64(s01, s23),
+                                     _mm512_unpackhi_epi64(s01, s23));
+  // u64 lanes: 0 = b0, 1 = b2, 4 = b1, 5 = b3.
+  const __m512i t =
+      _mm512_add_epi64(a, _mm512_shuffle_i64x2(a, a, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m128i sums = _mm_sub_epi32(
+      _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+          _mm512_setr_epi32(0, 8, 2, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+          t)),
+      _mm_set1_epi32(4096));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(u.corr + i),
+                   _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sums, 7)));
+  uint16_t d[4];
+  for (int k = 0; k < 4; ++k) std::memcpy(&d[k], p + k * kB, 2);
+  _mm_storeu_ps(
+      u.d + i,
+      _mm_cvtph_ps(_mm_setr_epi16(
+          static_cast<int16_t>(d[0]), static_cast<int16_t>(d[1]),
+          static_cast<int16_t>(d[2]), static_cast<int16_t>(d[3]), 0, 0, 0, 0)));
+}
+
 template <DType kType>
 void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
                 Unpacked& u) {
@@ -498,16 +540,19 @@ void UnpackRows(const WeightView& w, int64_t r0, int nr, int64_t b0, int64_t b1,
   for (int r = 0; r < nr; ++r) {
     const uint8_t* row = w.row(r0 + r);
     const int64_t base = r * kSegBlocks - b0;
-    if constexpr (kType != DType::kQ8_0) {
-      for (int64_t b = b0; b + 4 <= b1; b += 4) {
-        const char* ahead = reinterpret_cast<const char*>(row) +
-                            16 * w.row_bytes + b * kBlockBytes<kType>;
-        _mm_prefetch(ahead, _MM_HINT_T1);
-        _mm_prefetch(ahead + 64, _MM_HINT_T1);
+    for (int64_t b = b0; b + 4 <= b1; b += 4) {
+      const char* ahead = reinterpret_cast<const char*>(row) +
+                          16 * w.row_bytes + b * kBlockBytes<kType>;
+      _mm_prefetch(ahead, _MM_HINT_T1);
+      _mm_prefetch(ahead + 64, _MM_HINT_T1);
+      if constexpr (kType == DType::kQ8_0) {
+        _mm_prefetch(ahead + 128, _MM_HINT_T1);
+        UnpackQ8Four(row, b, base + b, u);
+      } else {
         UnpackQ4Four<kType>(row, b, base + b, u);
       }
     }
-    const int64_t first = kType == DType::kQ8_0 ? b0 : b1 - (b1 - b0) % 4;
+    const int64_t first = b1 - (b1 - b0) % 4;
     for (int64_t b = first; b < b1; ++b) {
       if (b * kBlockBytes<kType> % 64 < kBlockBytes<kType>) {
         _mm_prefetch(reinterpret_cast<const char*>(row) + 16 * w.row_bytes +

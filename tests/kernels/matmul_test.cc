@@ -226,7 +226,9 @@ TEST(MatMulTest, LongRowsAndLargeBatches) {
 // GGML's quantizer never writes -128 into Q8_0, but a file may hold it; the
 // sign tricks of the SIMD paths must still get it right.
 TEST(MatMulTest, Q8_0ExtremeWeightsAndActivations) {
-  constexpr int64_t kRows = 5, kCols = 96, kTokens = 3;
+  // 5 blocks per row, 3 and 7 tokens: both quantized kernels, four-block
+  // unpacking and its tail.
+  constexpr int64_t kRows = 5, kCols = 160, kTokens = 7;
   std::vector<BlockQ8_0> blocks(kRows * kCols / 32);
   std::mt19937 rng(4);
   for (size_t b = 0; b < blocks.size(); ++b) {
@@ -246,10 +248,12 @@ TEST(MatMulTest, Q8_0ExtremeWeightsAndActivations) {
   MatMulReference(w, x.data(), kCols, kTokens, ref.data(), kRows);
   ThreadPool pool(2);
   for (const IsaKernels* k : SupportedKernels()) {
-    MatMulWith(*k, w, x.data(), kCols, kTokens, y.data(), kRows, pool);
-    for (int64_t i = 0; i < kTokens * kRows; ++i) {
-      EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-5)
-          << k->name << " i=" << i;
+    for (int64_t n : {int64_t{3}, kTokens}) {
+      MatMulWith(*k, w, x.data(), kCols, n, y.data(), kRows, pool);
+      for (int64_t i = 0; i < n * kRows; ++i) {
+        EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-5)
+            << k->name << " n=" << n << " i=" << i;
+      }
     }
   }
 }
