@@ -1,0 +1,97 @@
+// Internal to the AVX-512 kernels (matmul_avx512.cc, matmul_avx512_lanes.cc):
+// constants, the prepared-activation layout and helpers both files share.
+// Only include from translation units compiled with the AVX-512 flags.
+#ifndef PDSERVE_KERNELS_MATMUL_AVX512_INTERNAL_H_
+#define PDSERVE_KERNELS_MATMUL_AVX512_INTERNAL_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/matmul_internal.h"
+
+namespace pdserve::kernels_internal::avx512 {
+
+constexpr int kRowTile = 4;  // at most 4: rows sit in xmm lanes
+// From this many tokens on, quantized products use the token-lane kernel
+// (below it the weight unpacking costs more than it saves).
+constexpr int64_t kLaneMinTokens = 5;
+constexpr int kLanes = 16;
+// Token-lane activations per (16-token group, block): 8 vectors of 16 tokens
+// x 4 u8 values, then d_x for the 16 tokens, then d_x * sum(q) (Q4_1).
+constexpr int64_t kLaneBlockBytes = 8 * 64 + 64 + 64;
+
+// The prepared activations of one MatMul call.
+struct Layout {
+  int64_t row_bytes;    // weight row stride
+  int64_t nb;           // blocks per row
+  int64_t np;           // block pairs per row (nb rounded up / 2)
+  int64_t tok_bytes;    // bytes per token
+  int64_t ntp;          // tokens rounded up to 16 (Q4_1 sum table stride)
+  int64_t sums_offset;  // byte offset of the Q4_1 sum table (after tokens)
+  bool lanes;           // token-lane layout (n_tokens >= kLaneMinTokens)
+};
+
+inline Layout MakeLayout(DType type, int64_t cols, int64_t n_tokens) {
+  Layout l;
+  l.row_bytes = 0;
+  l.nb = cols / 32;
+  l.np = (l.nb + 1) / 2;
+  l.ntp = (n_tokens + 15) / 16 * 16;
+  l.lanes = n_tokens >= kLaneMinTokens;
+  if (l.lanes) {
+    l.tok_bytes = l.nb * kLaneBlockBytes;  // per group of 16 tokens
+    l.sums_offset = l.tok_bytes * (l.ntp / kLanes);
+  } else {
+    l.tok_bytes = l.np * (type == DType::kQ4_0 ? 192 : 128);
+    l.sums_offset = l.tok_bytes * n_tokens;
+  }
+  return l;
+}
+
+// QuantizeActBlock, vectorised (bitwise the same: max |x|, amax / 127, 1 / d,
+// x * (1 / d) rounded to nearest even): values 0..15 and 16..31 as int8 in
+// lo / hi, d and the sum of q.
+struct ActBlock {
+  __m128i lo, hi;
+  float d;
+  int32_t sum;
+};
+
+inline ActBlock QuantizeBlock(const float* x) {
+  const __m512 x0 = _mm512_loadu_ps(x);
+  const __m512 x1 = _mm512_loadu_ps(x + 16);
+  const float amax =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  ActBlock blk;
+  blk.d = amax / 127.0f;
+  const __m512 inv = _mm512_set1_ps(blk.d != 0.0f ? 1.0f / blk.d : 0.0f);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+  blk.lo = _mm512_cvtepi32_epi8(q0);
+  blk.hi = _mm512_cvtepi32_epi8(q1);
+  blk.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  return blk;
+}
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+template <DType kType>
+constexpr int64_t kBlockBytes = kType == DType::kQ8_0   ? sizeof(BlockQ8_0)
+                                : kType == DType::kQ4_0 ? sizeof(BlockQ4_0)
+                                                        : sizeof(BlockQ4_1);
+
+// Token-lane preparation of tokens [t_begin, t_end) (matmul_avx512_lanes.cc).
+void PrepareLanes(const Layout& l, const float* x, int64_t x_stride,
+                  int64_t n_tokens, int64_t t_begin, int64_t t_end,
+                  uint8_t* xq);
+
+// Rows [row_begin, row_end) of a quantized product, all tokens, with the
+// token-lane kernel (l.lanes must be set; l.row_bytes unused).
+void LaneRows(DType type, const MatMulArgs& a, const Layout& l,
+              int64_t row_begin, int64_t row_end);
+
+}  // namespace pdserve::kernels_internal::avx512
+
+#endif  // PDSERVE_KERNELS_MATMUL_AVX512_INTERNAL_H_
