@@ -268,17 +268,19 @@ def make_stories(seed):
 SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 SMOL_USERS = [
     "What is the capital of France? Answer in one sentence.",
-    "Explain why the sky is blue.",
     "Write a short story about a cat who learns to fly.",
-    "List three tips for staying healthy.",
-    "What is 2 + 2?",
-    "Translate 'good morning' into French.",
-    "Who wrote Romeo and Juliet?",
-    "Name the planets of the solar system.",
-    "What is photosynthesis?",
     "Count from one to ten.",
-    "What is the boiling point of water?",
-    "Say hello.",
+    "Repeat after me: The quick brown fox jumps over the lazy dog.",
+    "Recite the English alphabet.",
+    "Count from 1 to 20, separated by commas.",
+    "List the days of the week.",
+    "List the months of the year.",
+    "Write the numbers from ten down to one.",
+    "Spell the word 'computer' letter by letter.",
+    "What are the first ten prime numbers?",
+    "Write a haiku about autumn leaves.",
+    "Explain what a computer is to a child.",
+    "Give me a recipe for pancakes.",
 ]
 
 
