@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "server/tokenizer/unicode.h"
 
@@ -41,8 +42,8 @@ absl::Status CheckSampling(const v1::SamplingParams& p) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RenderMessages(const v1::GenerateRequest& req,
-                                           const ModelContext& model) {
+absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
+    const v1::GenerateRequest& req, const ModelContext& model) {
   static const char* kRoles[] = {"system", "user", "assistant", "tool"};
   std::vector<ChatMessage> messages;
   bool any_content = false;
@@ -70,7 +71,10 @@ absl::StatusOr<std::string> RenderMessages(const v1::GenerateRequest& req,
     return absl::InvalidArgumentError(absl::StrFormat(
         "all %d messages have empty content", req.messages_size()));
   }
-  return model.chat_template->Render(messages, ChatRenderOptions());
+  ChatRenderOptions options;
+  options.now = absl::Now();  // for templates that call strftime_now()
+  return model.chat_template->RenderSegments(messages, options,
+                                             model.control_tokens);
 }
 
 // Finds invalid UTF-8 in the string fields of a serialized GenerateRequest
@@ -138,6 +142,11 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
   auto tmpl = ChatTemplate::Create(t.chat_template(), bos, eos);
   if (!tmpl.ok()) return tmpl.status();
   model->chat_template.emplace(std::move(*tmpl));
+  std::vector<ChatTemplate::AddedToken> added;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.IsSpecial(id)) added.push_back({t.TokenBytes(id), /*special=*/true});
+  }
+  model->control_tokens = model->chat_template->ControlTokens(added);
   return model;
 }
 
@@ -180,12 +189,14 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
   }
   const Tokenizer& tok = *model.tokenizer;
   if (chat) {
-    auto text = RenderMessages(req, model);
-    if (!text.ok()) return text.status();
-    // Template output holds special-token text meant as control tokens.
-    auto ids = tok.Encode(*text, /*parse_special=*/true);
-    if (!ids.ok()) return ids.status();
-    out.prompt_ids = std::move(*ids);
+    auto segments = RenderMessages(req, model);
+    if (!segments.ok()) return segments.status();
+    // Template text carries the control tokens; request text never does.
+    for (const PromptSegment& segment : *segments) {
+      auto ids = tok.Encode(segment.text, /*parse_special=*/!segment.user_text);
+      if (!ids.ok()) return ids.status();
+      out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
+    }
   } else {
     if (auto s = CheckUtf8("prompt", req.prompt()); !s.ok()) return s;
     auto ids = tok.Encode(req.prompt(), /*parse_special=*/false);

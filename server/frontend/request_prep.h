@@ -24,6 +24,9 @@ struct ModelContext {
   std::string name;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;  // fallback ChatML when none
+  // Special/added token texts that only the template may insert; in request
+  // strings they are tokenized as plain text (no forged turn boundaries).
+  std::vector<std::string> control_tokens;
   int64_t max_seq_len = 0;  // sequence capacity (from the engine), tokens
 };
 
