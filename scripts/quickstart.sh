@@ -17,16 +17,19 @@ cmake --build "$BUILD" -j "$(nproc)" --target pdserve >/dev/null
 PDSERVE="$BUILD/server/cli/pdserve"
 
 echo "[quickstart] starting: pdserve serve --model $MODEL --port $PORT"
-"$PDSERVE" serve --model "$MODEL" --port "$PORT" &
+LOG="$(mktemp)"
+"$PDSERVE" serve --model "$MODEL" --port "$PORT" > >(tee "$LOG") &
 SERVE_PID=$!
-trap 'kill -TERM $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true' EXIT
+trap 'kill -TERM $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true; rm -f "$LOG"' EXIT
 
-# Wait until the public API answers (model loaded, health SERVING).
-for _ in $(seq 1 120); do
-  if "$PDSERVE" chat --target "127.0.0.1:$PORT" --wait-ready 0 --check >/dev/null 2>&1; then break; fi
+# serve prints "pdserve serve: ready" once the model is loaded and every
+# process answers its health check.
+for _ in $(seq 1 240); do
+  if grep -q "pdserve serve: ready" "$LOG"; then break; fi
   if ! kill -0 $SERVE_PID 2>/dev/null; then echo "[quickstart] serve exited" >&2; exit 1; fi
-  sleep 1
+  sleep 0.5
 done
+grep -q "pdserve serve: ready" "$LOG" || { echo "[quickstart] serve not ready after 120 s" >&2; exit 1; }
 echo "[quickstart] you: $MESSAGE"
 printf '[quickstart] assistant: '
 "$PDSERVE" chat --target "127.0.0.1:$PORT" --max-tokens 128 --temperature 0 "$MESSAGE"
