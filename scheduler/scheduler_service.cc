@@ -7,7 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
-#include "server/metrics/metrics_server.h"
+#include "server/metrics/metrics_flags.h"
+#include "server/metrics/process_metrics.h"
 
 namespace pdserve::scheduler {
 namespace {
@@ -96,24 +97,6 @@ class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
 };
 
 
-// Serves this process's /metrics (readiness, build info; the detailed metric
-// sets are wired by the metrics work) when --metrics-port is given.
-std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
-                                                     const std::string& host,
-                                                     const char* process) {
-  if (!args.Has("metrics-port")) return nullptr;
-  auto port = args.Int("metrics-port", 0);
-  if (!port.ok()) return nullptr;
-  auto server = metrics::MetricsServer::Start(
-      {.host = host, .port = static_cast<int>(*port), .process = process});
-  if (!server.ok()) {
-    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
-                 std::string(server.status().message()).c_str());
-    return nullptr;
-  }
-  return std::move(*server);
-}
-
 }  // namespace
 
 grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
@@ -148,7 +131,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
 }
 
 const std::vector<cli::FlagSpec>& SchedulerFlags() {
-  static const auto* flags = new std::vector<cli::FlagSpec>{
+  static const auto* flags = [] {
+    auto* f = new std::vector<cli::FlagSpec>{
       {"engine", true, "engine address (default 127.0.0.1:50053)"},
       {"host", true, "interface to listen on (default 127.0.0.1)"},
       {"port", true, "gRPC port (default 50052; 0 = any free port)"},
@@ -158,9 +142,12 @@ const std::vector<cli::FlagSpec>& SchedulerFlags() {
       {"max-queue", true, "waiting queue bound (default 1024)"},
       {"itl-slowdown", true, "adapt the step budget so a step costs at most X times a decode-only step (fitted online; 0 = off)"},
       {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
-      {"metrics-port", true, "/metrics port of this process (none when absent)"},
+      {"name", true, "model name for the vllm:* gauges' model_name label (default: the engine's)"},
       {"config", true, "JSON config file (section \"scheduler\")"},
-  };
+    };
+    metrics::AppendMetricsFlags(*f, /*engine=*/false);
+    return f;
+  }();
   return *flags;
 }
 
@@ -192,6 +179,26 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
     }
     *f.out = *v;
   }
+  auto metrics_flags =
+      metrics::MetricsFlagsFromArgs(args, args.String("name", "pdserve"));
+  if (!metrics_flags.ok()) {
+    std::fprintf(stderr, "pdserve scheduler: %s\n",
+                 std::string(metrics_flags.status().message()).c_str());
+    return 2;
+  }
+  std::optional<metrics::SchedulerMetricsHandle> metrics;
+  if (metrics_flags->has_value()) {
+    auto handle = metrics::StartSchedulerMetrics(**metrics_flags);
+    if (!handle.ok()) {
+      std::fprintf(stderr, "pdserve scheduler: metrics: %s\n",
+                   std::string(handle.status().message()).c_str());
+      return 1;
+    }
+    metrics = std::move(*handle);
+    options.metrics = metrics->metrics.get();
+    std::printf("pdserve scheduler: metrics %s\n",
+                metrics->server->url().c_str());
+  }
   SchedulerShell shell(options);
   SchedulerServiceImpl service(&shell);
   const std::string host = args.String("host", "127.0.0.1");
@@ -202,8 +209,7 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
     return 1;
   }
   grpc::Server* srv = server->server.get();
-  auto metrics_server = StartMetrics(args, host, "scheduler");
-  metrics::MetricsServer* m = metrics_server.get();
+  metrics::MetricsServer* m = metrics ? metrics->server.get() : nullptr;
   shell.OnReadyChange([srv, m](bool ready) {
     rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, ready);
     if (m != nullptr) m->SetReady(ready);

@@ -75,6 +75,9 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
     if (!engine_ready_ || stop_) {
+      if (options_.metrics != nullptr) {
+        options_.metrics->RecordRejection(metrics::RejectReason::kDraining);
+      }
       r.sink->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                  "the engine is not ready; retry shortly"));
       return id;
@@ -227,6 +230,7 @@ void SchedulerShell::DrainInbox() {
                      r.spec.max_new_tokens()};
     absl::Status s = policy_->Submit(spec);
     if (!s.ok()) {
+      RecordRejection(s, spec);
       r.sink->Close(rpc::ToGrpc(s));
       continue;
     }
@@ -343,6 +347,12 @@ void SchedulerShell::RunStep() {
   }
   if (plan.items.empty()) {
     policy_->Commit({});
+    // An empty plan with no events (nothing fits yet) is not an iteration;
+    // PublishStatus still refreshes the queue gauges.
+    if (!plan.admit.empty() || !plan.cancelled.empty() ||
+        !plan.preempted.empty()) {
+      RecordIteration(plan, 0);
+    }
     return;
   }
   v1::StepRequest req;
@@ -392,6 +402,43 @@ void SchedulerShell::RunStep() {
   }
   policy_->Commit(outcomes);
   for (auto [id, reason] : finished) Finish(id, reason);
+  RecordIteration(plan, static_cast<int64_t>(finished.size()));
+}
+
+void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {
+  if (options_.metrics == nullptr) return;
+  metrics::SchedulerStats st;
+  st.waiting_requests = policy_->waiting();
+  st.running_requests = policy_->running();
+  st.admitted = static_cast<int64_t>(plan.admit.size());
+  st.preempted = static_cast<int64_t>(plan.preempted.size());
+  st.cancelled = static_cast<int64_t>(plan.cancelled.size());
+  st.finished = finished;
+  st.planned_prefill_tokens = plan.prefill_tokens;
+  st.planned_decode_tokens = plan.decode_tokens;
+  // token_budget stays 0 ("not reported"): an adapted budget may be lowered
+  // below a plan that was cut before the change.
+  (void)options_.metrics->RecordIteration(st);
+}
+
+void SchedulerShell::RecordRejection(const absl::Status& status,
+                                     const RequestSpec& spec) {
+  if (options_.metrics == nullptr) return;
+  metrics::RejectReason reason = metrics::RejectReason::kInvalidArgument;
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    const PoolGeometry& pool = policy_->pool();
+    const int64_t pages =
+        pool.page_size > 0 ? (spec.prompt_len + pool.page_size) / pool.page_size
+                           : 0;  // pages for prompt_len + 1 tokens
+    if (spec.prompt_len > pool.max_seq_len) {
+      reason = metrics::RejectReason::kPromptTooLong;
+    } else if (pages > pool.total_pages) {
+      reason = metrics::RejectReason::kPoolTooSmall;
+    } else {
+      reason = metrics::RejectReason::kQueueFull;
+    }
+  }
+  options_.metrics->RecordRejection(reason);
 }
 
 void SchedulerShell::PublishStatus() {
@@ -405,6 +452,9 @@ void SchedulerShell::PublishStatus() {
     status_.waiting = status_.running = 0;
   }
   status_.steps = steps_;
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetQueue(status_.waiting, status_.running);
+  }
 }
 
 }  // namespace pdserve::scheduler

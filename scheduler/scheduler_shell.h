@@ -23,6 +23,7 @@
 #include "pdserve/v1/scheduler.pb.h"
 #include "scheduler/policy.h"
 #include "scheduler/simulator.h"
+#include "server/metrics/scheduler_metrics.h"
 
 namespace pdserve::scheduler {
 
@@ -46,6 +47,9 @@ struct ShellOptions {
   // factor of a decode-only step; 0 = fixed budget.
   double itl_slowdown = 0;
   int64_t min_prefill_chunk = 1;  // prefill tokens always allowed per step
+  // Not owned, may be null: receives one RecordIteration per step and one
+  // RecordRejection per refused submission. Must outlive the shell.
+  metrics::SchedulerMetrics* metrics = nullptr;
 };
 
 // Figures for GetStatus and health.
@@ -109,6 +113,10 @@ class SchedulerShell {
   void PublishStatus();
   // Sets the policy's budget from the fitted step cost (itl_slowdown).
   void AdaptBudget();
+  // Feeds options_.metrics the plan just run and the queue after it.
+  void RecordIteration(const StepPlan& plan, int64_t finished);
+  // Counts a refused submission (status from the policy or the shell).
+  void RecordRejection(const absl::Status& status, const RequestSpec& spec);
 
   ShellOptions options_;
   std::unique_ptr<v1::Engine::Stub> engine_;

@@ -6,4 +6,4 @@ add_library(pdserve_scheduler STATIC
 target_link_libraries(pdserve_scheduler PUBLIC
   pdserve_scheduler_policy pdserve_proto Threads::Threads
   # server/metrics is configured after this folder; linked by name.
-  pdserve_metrics)
+  pdserve_metrics pdserve_metrics_flags)

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -11,12 +12,14 @@
 #include "engine/service/engine_service.h"
 #include "kernels/thread_pool.h"
 #include "proto/rpc_util.h"
-#include "server/metrics/metrics_server.h"
+#include "server/metrics/metrics_flags.h"
+#include "server/metrics/process_metrics.h"
 
 namespace pdserve::service {
 
 const std::vector<cli::FlagSpec>& EngineFlags() {
-  static const auto* flags = new std::vector<cli::FlagSpec>{
+  static const auto* flags = [] {
+    auto* f = new std::vector<cli::FlagSpec>{
       {"model", true, "model file or folder (GGUF, safetensors, llama2.c .bin)"},
       {"host", true, "interface to listen on (default 127.0.0.1)"},
       {"port", true, "gRPC port (default 50053; 0 = any free port)"},
@@ -26,9 +29,11 @@ const std::vector<cli::FlagSpec>& EngineFlags() {
       {"max-sequences", true, "sequences live at once (default 256)"},
       {"max-step-tokens", true, "most tokens one step processes (default 2048)"},
       {"name", true, "model name to report (default: from the file)"},
-      {"metrics-port", true, "/metrics port of this process (none when absent)"},
       {"config", true, "JSON config file (section \"engine\")"},
-  };
+    };
+    metrics::AppendMetricsFlags(*f, /*engine=*/true);
+    return f;
+  }();
   return *flags;
 }
 
@@ -66,22 +71,20 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
 }
 
 
-// Serves this process's /metrics (readiness, build info; the detailed metric
-// sets are wired by the metrics work) when --metrics-port is given.
-std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
-                                                     const std::string& host,
-                                                     const char* process) {
-  if (!args.Has("metrics-port")) return nullptr;
-  auto port = args.Int("metrics-port", 0);
-  if (!port.ok()) return nullptr;
-  auto server = metrics::MetricsServer::Start(
-      {.host = host, .port = static_cast<int>(*port), .process = process});
-  if (!server.ok()) {
-    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
-                 std::string(server.status().message()).c_str());
-    return nullptr;
-  }
-  return std::move(*server);
+// Starts the engine's /metrics endpoint and metric set when --metrics-port is
+// given (the copy probe runs first unless --peak-memory-bandwidth is set);
+// nullopt when it is not. Errors: bad flags, the port, the probe.
+absl::StatusOr<std::optional<metrics::EngineMetricsHandle>> StartMetrics(
+    const cli::CliArgs& args, const std::string& model_name, int threads) {
+  auto flags = metrics::MetricsFlagsFromArgs(args, model_name, threads);
+  if (!flags.ok()) return flags.status();
+  if (!flags->has_value()) return std::nullopt;
+  auto handle = metrics::StartEngineMetrics(**flags);
+  if (!handle.ok()) return handle.status();
+  std::printf("pdserve engine: metrics %s (peak memory bandwidth %.3g B/s)\n",
+              handle->server->url().c_str(),
+              handle->metrics->peak_bandwidth_bytes_per_second());
+  return std::optional<metrics::EngineMetricsHandle>(std::move(*handle));
 }
 
 }  // namespace
@@ -121,9 +124,13 @@ int RunEngineProcess(const cli::CliArgs& args) {
   auto server = rpc::StartServer(args.String("host", "127.0.0.1"),
                                  static_cast<int>(*port), {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
+  auto metrics = StartMetrics(args, name, pool.num_threads());
+  if (!metrics.ok()) return Fail("metrics", metrics.status());
+  if (metrics->has_value()) {
+    service.AttachMetrics((*metrics)->metrics.get());
+    (*metrics)->server->SetReady(true);
+  }
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, true);
-  auto metrics_server = StartMetrics(args, args.String("host", "127.0.0.1"), "engine");
-  if (metrics_server) metrics_server->SetReady(true);
   const KvGeometry& g = (*core)->Geometry();
   std::printf("pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens)\n",
               name.c_str(), args.String("host", "127.0.0.1").c_str(),
@@ -132,8 +139,10 @@ int RunEngineProcess(const cli::CliArgs& args) {
 
   rpc::WaitForTerminationSignal();
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, false);
+  if (metrics->has_value()) (*metrics)->server->SetReady(false);
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::seconds(5));
+  service.AttachMetrics(nullptr);  // the metrics die before the service
   return 0;
 }
 

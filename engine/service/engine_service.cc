@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
 #include "engine/model/sampler.h"
 #include "proto/rpc_util.h"
 
@@ -103,7 +107,52 @@ grpc::Status EngineServiceImpl::Step(grpc::ServerContext*,
   resp->set_prefill_tokens(prefill);
   resp->set_decode_tokens(decode);
   resp->set_free_pages(core_->Stats().pool.free_pages);
+  if (metrics_ != nullptr && prefill + decode > 0) {
+    RecordStepLocked(prefill, decode);
+  }
   return grpc::Status::OK;
+}
+
+void EngineServiceImpl::AttachMetrics(metrics::EngineMetrics* metrics) {
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_ = metrics;
+}
+
+void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
+  metrics::StepStats step;
+  step.kind = metrics::ClassifyStep(prefill, decode);
+  step.duration_seconds = static_cast<double>(result_.total_ns) * 1e-9;
+  step.prefill_tokens = prefill;
+  step.decode_tokens = decode;
+  step.batch_size = static_cast<int64_t>(plan_.size());
+  step.weight_bytes_read = result_.weight_bytes_read;
+  step.kv_bytes_read = result_.kv_bytes_read;
+  step.kv_bytes_written = result_.kv_bytes_written;
+  // The core counts no FLOPs yet (flops stays 0: "not counted").
+  if (absl::Status s = metrics_->RecordStep(step); !s.ok()) {
+    std::fprintf(stderr, "pdserve engine: step metrics: %s\n",
+                 std::string(s.message()).c_str());
+  }
+  const KvGeometry& g = core_->Geometry();
+  const KvPoolStats pool = core_->Stats().pool;
+  metrics::PoolStats p;
+  p.capacity_tokens = pool.total_tokens;
+  p.used_tokens = std::min(pool.used_tokens, pool.total_tokens);
+  p.page_size_tokens = g.page_size;
+  p.total_pages = pool.total_pages;
+  p.used_pages = pool.used_pages;
+  p.capacity_bytes = g.num_pages * g.bytes_per_page +
+                     g.max_sequences * g.linear_state_bytes_per_sequence;
+  p.active_sequences = pool.sequences;
+  p.max_sequences = g.max_sequences;
+  if (g.linear_state_bytes_per_sequence > 0) {
+    p.linear_state_slots_total = g.max_sequences;
+    p.linear_state_slots_used = pool.linear_slots_used;
+  }
+  if (absl::Status s = metrics_->RecordPool(p); !s.ok()) {
+    std::fprintf(stderr, "pdserve engine: pool metrics: %s\n",
+                 std::string(s.message()).c_str());
+  }
 }
 
 grpc::Status EngineServiceImpl::Release(grpc::ServerContext*,

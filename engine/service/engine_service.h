@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kv/engine_core.h"
 #include "pdserve/v1/engine.grpc.pb.h"
+#include "server/metrics/engine_metrics.h"
 
 namespace pdserve::service {
 
@@ -21,6 +22,8 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p);
 // engine executes one step (or add / release) at a time, in arrival order.
 // The core must outlive the service. Errors are the core's absl::Status,
 // mapped code for code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
+// With metrics attached, every step that processed tokens is recorded
+// (duration, tokens, batch, bytes moved) together with a pool snapshot.
 class EngineServiceImpl final : public v1::Engine::Service {
  public:
   EngineServiceImpl(EngineCore* core, std::string model_name,
@@ -36,7 +39,14 @@ class EngineServiceImpl final : public v1::Engine::Service {
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                        v1::ReleaseResponse* resp) override;
 
+  // Records every later step into `metrics` (not owned; must outlive the
+  // service; null detaches). Safe to call while serving.
+  void AttachMetrics(metrics::EngineMetrics* metrics);
+
  private:
+  // Feeds the step just run (result_, plan_) and the pool to metrics_.
+  void RecordStepLocked(int64_t prefill, int64_t decode);
+
   std::mutex mu_;
   EngineCore* core_;
   std::string model_name_;
@@ -44,6 +54,7 @@ class EngineServiceImpl final : public v1::Engine::Service {
   int64_t max_step_tokens_;
   StepResult result_;  // reused across steps
   std::vector<StepPlanEntry> plan_;
+  metrics::EngineMetrics* metrics_ = nullptr;  // guarded by mu_; not owned
 };
 
 }  // namespace pdserve::service

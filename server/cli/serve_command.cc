@@ -34,6 +34,8 @@ const std::vector<FlagSpec>& Flags() {
       {"engine-port", true, "engine gRPC port on loopback (default: a free one)"},
       {"scheduler-port", true, "scheduler gRPC port on loopback (default: a free one)"},
       {"metrics-port", true, "first of three /metrics ports: frontend, scheduler, engine (default: free ports)"},
+      {"vllm-metrics", false, "all three: also export the vllm:* compatibility gauges"},
+      {"peak-memory-bandwidth", true, "engine: device peak memory bandwidth in bytes/s (0 = measure at start)"},
       {"threads", true, "engine compute threads"},
       {"kv-memory", true, "engine KV budget (fraction or bytes)"},
       {"page-size", true, "tokens per KV page"},
@@ -170,19 +172,22 @@ int RunServe(int argc, char** argv) {
                           "--metrics-port", metrics[2]}};
   Forward(*args, engine.args, {"threads", "kv-memory", "page-size",
                                "max-sequences", "max-step-tokens", "name",
-                               "config"});
+                               "peak-memory-bandwidth", "config"});
   Child sched{"scheduler", {"scheduler", "--engine",
                             absl::StrCat("127.0.0.1:", engine_port), "--host",
                             "127.0.0.1", "--port", scheduler_port,
                             "--metrics-port", metrics[1]}};
   Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
-                              "step-log", "itl-slowdown", "config"});
+                              "step-log", "itl-slowdown", "name", "config"});
   Child front{"frontend", {"frontend", "--model", args->String("model", ""),
                            "--scheduler",
                            absl::StrCat("127.0.0.1:", scheduler_port), "--host",
                            host, "--port", port, "--metrics-port", metrics[0]}};
   Forward(*args, front.args, {"tokenizer", "drain-seconds", "name", "config"});
   std::vector<Child*> children = {&engine, &sched, &front};
+  if (args->Bool("vllm-metrics")) {
+    for (Child* c : children) c->args.push_back("--vllm-metrics");
+  }
   for (Child* c : children) c->pid = Spawn(*c);
 
   const std::string public_target =

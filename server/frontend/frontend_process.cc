@@ -2,17 +2,20 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
-#include "server/metrics/metrics_server.h"
 #include "server/frontend/frontend_service.h"
+#include "server/metrics/metrics_flags.h"
+#include "server/metrics/process_metrics.h"
 
 namespace pdserve::frontend {
 
 const std::vector<cli::FlagSpec>& FrontendFlags() {
-  static const auto* flags = new std::vector<cli::FlagSpec>{
+  static const auto* flags = [] {
+    auto* f = new std::vector<cli::FlagSpec>{
       {"model", true, "model file (its vocabulary and chat template are used)"},
       {"tokenizer", true, "tokenizer file when the model has none inside (llama2.c tokenizer.bin, tokenizer.json)"},
       {"scheduler", true, "scheduler address (default 127.0.0.1:50052)"},
@@ -20,9 +23,11 @@ const std::vector<cli::FlagSpec>& FrontendFlags() {
       {"port", true, "public gRPC port (default 50051; 0 = any free port)"},
       {"name", true, "model name to serve (default: the engine's)"},
       {"drain-seconds", true, "on SIGTERM, how long open streams may finish (default 30)"},
-      {"metrics-port", true, "/metrics port of this process (none when absent)"},
       {"config", true, "JSON config file (section \"frontend\")"},
-  };
+    };
+    metrics::AppendMetricsFlags(*f, /*engine=*/false);
+    return f;
+  }();
   return *flags;
 }
 
@@ -50,24 +55,6 @@ bool WaitForScheduler(const std::string& target, v1::SchedulerStatus* status,
   return false;
 }
 
-
-// Serves this process's /metrics (readiness, build info; the detailed metric
-// sets are wired by the metrics work) when --metrics-port is given.
-std::unique_ptr<metrics::MetricsServer> StartMetrics(const cli::CliArgs& args,
-                                                     const std::string& host,
-                                                     const char* process) {
-  if (!args.Has("metrics-port")) return nullptr;
-  auto port = args.Int("metrics-port", 0);
-  if (!port.ok()) return nullptr;
-  auto server = metrics::MetricsServer::Start(
-      {.host = host, .port = static_cast<int>(*port), .process = process});
-  if (!server.ok()) {
-    std::fprintf(stderr, "pdserve %s: metrics: %s\n", process,
-                 std::string(server.status().message()).c_str());
-    return nullptr;
-  }
-  return std::move(*server);
-}
 
 }  // namespace
 
@@ -101,7 +88,28 @@ int RunFrontendProcess(const cli::CliArgs& args) {
     return 1;
   }
   (*model)->max_seq_len = status.max_seq_len();
-  InferenceServiceImpl service(model->get(), stub.get());
+  auto metrics_flags = metrics::MetricsFlagsFromArgs(args, name);
+  if (!metrics_flags.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string(metrics_flags.status().message()).c_str());
+    return 2;
+  }
+  std::optional<metrics::FrontendMetricsHandle> metrics;
+  if (metrics_flags->has_value()) {
+    auto handle = metrics::StartFrontendMetrics(**metrics_flags);
+    if (!handle.ok()) {
+      std::fprintf(stderr, "pdserve frontend: metrics: %s\n",
+                   std::string(handle.status().message()).c_str());
+      return 1;
+    }
+    metrics = std::move(*handle);
+    std::printf("pdserve frontend: metrics %s\n",
+                metrics->server->url().c_str());
+  }
+  metrics::MetricsServer* metrics_server =
+      metrics ? metrics->server.get() : nullptr;
+  InferenceServiceImpl service(model->get(), stub.get(),
+                               metrics ? metrics->metrics.get() : nullptr);
   const std::string host = args.String("host", "127.0.0.1");
   auto server = rpc::StartServer(host, static_cast<int>(*port), {&service});
   if (!server.ok()) {
@@ -111,7 +119,6 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   }
   grpc::Server* srv = server->server.get();
   rpc::SetServing(*srv, kServices, true);
-  auto metrics_server = StartMetrics(args, host, "frontend");
   if (metrics_server) metrics_server->SetReady(true);
   std::printf("pdserve frontend: serving %s on %s:%d (capacity %d tokens)\n",
               name.c_str(), host.c_str(), server->port, status.max_seq_len());
@@ -143,6 +150,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   watcher.join();
   service.SetDraining(true);
   rpc::SetServing(*srv, kServices, false);
+  if (metrics_server) metrics_server->SetReady(false);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(*drain);
   while (service.active_streams() > 0 &&

@@ -1,6 +1,8 @@
 #include "server/frontend/frontend_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,7 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   GenerateCall(InferenceServiceImpl* service, const grpc::ByteBuffer& raw)
       : service_(service), start_(Clock::now()) {
     ++service_->active_;
+    if (service_->metrics_ != nullptr) service_->metrics_->RecordRequestStart();
     if (service_->draining_) {
       refs_ = 1;
       CloseServer(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -41,7 +44,12 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     req_ = std::move(*parsed);
     const v1::GenerateRequest& req = req_;
+    const Clock::time_point encode_start = Clock::now();
     auto prepared = PrepareRequest(req, *service_->model_);
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->ObserveTokenizer(metrics::TokenizerOp::kEncode,
+                                           Seconds(Clock::now() - encode_start));
+    }
     if (!prepared.ok()) {
       refs_ = 1;
       CloseServer(rpc::ToGrpc(prepared.status()));
@@ -73,11 +81,16 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    // A write that finished with messages queued behind it held the stream
+    // up: the client (or the network) did not keep pace.
+    if (out_.size() > 1 && service_->metrics_ != nullptr) {
+      service_->metrics_->RecordStreamWriteStall(
+          Seconds(Clock::now() - write_start_));
+    }
     if (!out_.empty()) out_.pop_front();
     if (!ok) out_.clear();
     if (!out_.empty()) {
-      writing_ = true;
-      StartWrite(&out_.front());
+      StartWriteLocked();
     } else if (closing_) {
       FinishServerLocked();
     }
@@ -121,6 +134,10 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  private:
   using Clock = std::chrono::steady_clock;
 
+  static double Seconds(Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+
   void Unref() {
     if (--refs_ == 0) {
       --service_->active_;
@@ -135,13 +152,21 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     bool stopped = false;
     for (int i = 0; i < event_.token_ids_size(); ++i) {
       const int32_t id = event_.token_ids(i);
-      if (completion_tokens_ == 0) first_token_ = Clock::now();
+      const Clock::time_point now = Clock::now();
+      if (completion_tokens_ == 0) {
+        first_token_ = now;
+      } else if (service_->metrics_ != nullptr) {
+        service_->metrics_->ObserveInterTokenLatency(Seconds(now - last_token_));
+      }
+      last_token_ = now;
       ++completion_tokens_;
       if (req_.return_token_ids()) delta.add_token_ids(id);
       if (req_.return_logprobs() && i < event_.logprobs_size()) {
         delta.add_logprobs(event_.logprobs(i));
       }
+      const Clock::time_point decode_start = Clock::now();
       text += detok_->Feed(id);
+      detok_time_ += Clock::now() - decode_start;
       if (detok_->stopped()) {
         stopped = true;
         break;
@@ -149,7 +174,15 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     const bool finished =
         stopped || event_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-    if (finished && !stopped) text += detok_->Finish();
+    if (finished && !stopped) {
+      const Clock::time_point decode_start = Clock::now();
+      text += detok_->Finish();
+      detok_time_ += Clock::now() - decode_start;
+    }
+    if (event_.has_timings()) timings_ = event_.timings();
+    if (finished) {
+      finish_reason_ = stopped ? v1::FINISH_REASON_STOP : event_.finish_reason();
+    }
     if (!text.empty() || delta.token_ids_size() > 0) {
       delta.set_text(std::move(text));
       v1::GenerateResponse resp;
@@ -182,10 +215,12 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     const std::string bytes = resp.SerializeAsString();
     grpc::Slice slice(bytes);
     out_.emplace_back(&slice, 1);
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
-    }
+    if (!writing_) StartWriteLocked();
+  }
+  void StartWriteLocked() {
+    writing_ = true;
+    write_start_ = Clock::now();
+    StartWrite(&out_.front());
   }
   void CloseServer(const grpc::Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,12 +235,62 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void FinishServerLocked() {
     if (server_finished_) return;
     server_finished_ = true;
+    RecordRequestLocked();
     Finish(close_status_);
+  }
+
+  // Feeds the finished call to the front end's metrics (exactly once, paired
+  // with RecordRequestStart). Queue / prefill / decode times come from the
+  // scheduler's final timings when the stream got that far.
+  void RecordRequestLocked() {
+    metrics::FrontendMetrics* m = service_->metrics_;
+    if (m == nullptr) return;
+    if (detok_.has_value()) {
+      m->ObserveTokenizer(metrics::TokenizerOp::kDecode, Seconds(detok_time_));
+    }
+    metrics::RequestStats r;
+    r.grpc_code = static_cast<int>(close_status_.error_code());
+    r.e2e_seconds = Seconds(Clock::now() - start_);
+    if (completion_tokens_ > 0) r.ttft_seconds = Seconds(first_token_ - start_);
+    if (timings_.has_value()) {
+      r.queue_seconds = timings_->queue_ms() / 1e3;
+      if (completion_tokens_ > 0) {
+        r.prefill_seconds =
+            std::max(0.0, (timings_->ttft_ms() - timings_->queue_ms()) / 1e3);
+        r.decode_seconds = timings_->decode_ms() / 1e3;
+      }
+    }
+    r.prompt_tokens = prompt_tokens_;
+    r.generated_tokens = completion_tokens_;
+    r.finish_reason = FinishReasonLabel();
+    if (absl::Status s = m->RecordRequest(r); !s.ok()) {
+      std::fprintf(stderr, "pdserve frontend: request metrics: %s\n",
+                   std::string(s.message()).c_str());
+    }
+  }
+  absl::string_view FinishReasonLabel() const {
+    if (close_status_.error_code() == grpc::StatusCode::CANCELLED) {
+      return "cancelled";
+    }
+    if (!close_status_.ok()) return "error";
+    switch (finish_reason_) {
+      case v1::FINISH_REASON_STOP:
+        return "stop";
+      case v1::FINISH_REASON_LENGTH:
+        return "length";
+      case v1::FINISH_REASON_CANCELLED:
+        return "cancelled";
+      default:
+        return "";
+    }
   }
 
   InferenceServiceImpl* service_;
   v1::GenerateRequest req_;
-  Clock::time_point start_, first_token_;
+  Clock::time_point start_, first_token_, last_token_, write_start_;
+  Clock::duration detok_time_{0};  // Detokenizer Feed/Finish, guarded by mu_
+  std::optional<v1::Timings> timings_;  // the scheduler's, guarded by mu_
+  v1::FinishReason finish_reason_ = v1::FINISH_REASON_UNSPECIFIED;
   std::string request_id_;
   std::optional<Detokenizer> detok_;
   int32_t prompt_tokens_ = 0, completion_tokens_ = 0;
@@ -223,8 +308,9 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 };
 
 InferenceServiceImpl::InferenceServiceImpl(const ModelContext* model,
-                                           v1::Scheduler::Stub* scheduler)
-    : model_(model), scheduler_(scheduler) {}
+                                           v1::Scheduler::Stub* scheduler,
+                                           metrics::FrontendMetrics* metrics)
+    : model_(model), scheduler_(scheduler), metrics_(metrics) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext*, const grpc::ByteBuffer* req) {

@@ -12,6 +12,7 @@
 #include "pdserve/v1/scheduler.grpc.pb.h"
 #include "scheduler/cli_args.h"
 #include "server/frontend/request_prep.h"
+#include "server/metrics/frontend_metrics.h"
 
 namespace pdserve::frontend {
 
@@ -28,8 +29,12 @@ class InferenceServiceImpl final
     : public v1::Inference::WithRawCallbackMethod_Generate<
           v1::Inference::CallbackService> {
  public:
+  // `metrics` (not owned, may be null, must outlive the service) receives
+  // every Generate call: start, tokenizer time, inter-token gaps, stream
+  // write stalls and the finished request.
   InferenceServiceImpl(const ModelContext* model,
-                       v1::Scheduler::Stub* scheduler);
+                       v1::Scheduler::Stub* scheduler,
+                       metrics::FrontendMetrics* metrics = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) override;
@@ -52,6 +57,7 @@ class InferenceServiceImpl final
   friend class GenerateCall;
   const ModelContext* model_;
   v1::Scheduler::Stub* scheduler_;
+  metrics::FrontendMetrics* metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};
   std::atomic<uint64_t> next_request_{1};

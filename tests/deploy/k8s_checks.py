@@ -122,14 +122,19 @@ def declared_flags(command):
         return None
     text = src.read_text()
     flags = set(FLAG_RE.findall(text))
-    for fn in set(re.findall(r"\b(\w+Flags)\(\)", text)):
-        for path in ROOT.glob("*/**/*.cc"):
-            if "build" in path.parts[len(ROOT.parts)]:
-                continue
-            body = path.read_text(errors="replace")
-            m = re.search(rf"\b{fn}\(\)\s*\{{(.*?)\n\}}", body, re.S)
+    sources = [p.read_text(errors="replace") for p in ROOT.glob("*/**/*.cc")
+               if "build" not in p.parts[len(ROOT.parts)]]
+    # Flag-list functions called by the command, and those they call in
+    # turn (e.g. EngineFlags() appends metrics::AppendMetricsFlags(...)).
+    todo, seen = set(re.findall(r"\b(\w+Flags)\(", text)), set()
+    while todo:
+        fn = todo.pop()
+        seen.add(fn)
+        for body in sources:
+            m = re.search(rf"\b{fn}\([^)]*\)\s*\{{(.*?)\n\}}", body, re.S)
             if m:
                 flags |= set(FLAG_RE.findall(m.group(1)))
+                todo |= set(re.findall(r"\b(\w+Flags)\(", m.group(1))) - seen
     return flags
 
 
