@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/ops.h"
 
 namespace pdserve {
 namespace {
@@ -206,10 +207,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
                      vocab_size_));
   }
   // Log-softmax base of the raw logits (for the returned logprob).
-  float raw_max = logits[0];
-  for (float x : logits) raw_max = std::max(raw_max, x);
-  double raw_sum = 0.0;
-  for (float x : logits) raw_sum += std::exp(x - raw_max);
+  const float log_z = LogSumExp(logits.data(), vocab_size_);
 
   int32_t token = 0;
   const bool penalties = HasPenalties() && !seen_.empty();
@@ -249,8 +247,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   Record(token);
   SampledToken out;
   out.token = token;
-  out.logprob = static_cast<float>(static_cast<double>(logits[token]) -
-                                   raw_max - std::log(raw_sum));
+  out.logprob = logits[token] - log_z;
   return out;
 }
 
