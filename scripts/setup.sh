@@ -34,7 +34,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-pip python3-grpcio python3-grpc-tools
+  python3 python3-pip python3-venv python3-grpcio python3-grpc-tools
   prometheus yamllint
 )
 
@@ -70,5 +70,10 @@ if [ "$FETCH_MODEL" = 1 ]; then
     mv "$DEFAULT_MODEL.part" "$DEFAULT_MODEL"
     say "default model saved: $DEFAULT_MODEL ($(du -h "$DEFAULT_MODEL" | cut -f1))"
   fi
+fi
+# Offline validators for the deploy/ manifest tests (Kubernetes schemas,
+# Dockerfile parser) in a private venv; the tests skip those checks without it.
+if ! "$(dirname "$0")/../deploy/tools/setup-validators.sh"; then
+  say "deploy validators not installed; deploy schema checks will be skipped"
 fi
 say "done"
