@@ -4,6 +4,9 @@ if(TARGET pdserve_metrics)
   pdserve_add_test(NAME metrics_stats_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_stats_test.cc
     LIBS pdserve_metrics)
+  pdserve_add_test(NAME metrics_flags_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_flags_test.cc
+    LIBS pdserve_metrics_flags)
   pdserve_add_test(NAME metrics_server_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_server_test.cc
     LIBS pdserve_metrics)
