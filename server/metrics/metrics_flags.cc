@@ -30,15 +30,15 @@ absl::StatusOr<std::optional<ProcessMetricsFlags>> MetricsFlagsFromArgs(
   absl::StatusOr<int64_t> port = args.Int("metrics-port", 0);
   if (!port.ok()) return port.status();
   if (*port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics-port ", *port, " is outside 0..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port ", *port, " is outside 0..65535"));
   }
   absl::StatusOr<double> peak = args.Double("peak-memory-bandwidth", 0.0);
   if (!peak.ok()) return peak.status();
   if (!std::isfinite(*peak) || *peak < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--peak-memory-bandwidth ", *peak,
-        " must be a finite number of bytes/s >= 0 (0 = measure)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peak-memory-bandwidth ", *peak,
+                     " must be a finite number of bytes/s >= 0 (0 = measure)"));
   }
   ProcessMetricsFlags flags;
   flags.host = args.String("metrics-host", args.String("host", "127.0.0.1"));

@@ -84,8 +84,8 @@ TEST(MetricsFlagsTest, DefaultsAndMetricsHost) {
 }
 
 TEST(MetricsFlagsTest, RejectsBadValuesNamingThem) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string,
-                                                         std::string>>{
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{
            {"--metrics-port", "70000"},
            {"--metrics-port", "-1"},
            {"--metrics-port", "abc"},
