@@ -339,6 +339,7 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   result->weight_bytes_read = fstats.weight_bytes_read;
   result->kv_bytes_read = fstats.kv_bytes_read;
   result->kv_bytes_written = fstats.kv_bytes_written;
+  result->flops = fstats.flops;
   return absl::OkStatus();
 }
 

@@ -98,6 +98,7 @@ struct StepResult {
   int64_t weight_bytes_read = 0;  // model weights read (once per step)
   int64_t kv_bytes_read = 0;      // keys and values attended over
   int64_t kv_bytes_written = 0;   // keys and values of the new tokens
+  int64_t flops = 0;              // forward-pass FLOPs (multiply-add = 2)
 };
 
 // Pool and sequence counters (Stats(); cheap, no system call).

@@ -128,7 +128,7 @@ void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
   step.weight_bytes_read = result_.weight_bytes_read;
   step.kv_bytes_read = result_.kv_bytes_read;
   step.kv_bytes_written = result_.kv_bytes_written;
-  // The core counts no FLOPs yet (flops stays 0: "not counted").
+  step.flops = result_.flops;
   if (absl::Status s = metrics_->RecordStep(step); !s.ok()) {
     std::fprintf(stderr, "pdserve engine: step metrics: %s\n",
                  std::string(s.message()).c_str());

@@ -510,6 +510,12 @@ TEST_F(EngineCoreTest, StepReportsBytesAndTimingsFromInjectedClock) {
   const int64_t per_token = (*e)->Geometry().bytes_per_token;
   EXPECT_EQ(r.kv_bytes_written, 20 * per_token);
   EXPECT_GE(r.kv_bytes_read, 20 * per_token);
+  // At least the matrix products: 2 FLOPs per weight per token (20 tokens).
+  const ModelConfig& c = model_->config;
+  const int64_t layer_weights =
+      c.hidden_size * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden_size +
+      3 * c.hidden_size * c.intermediate_size;
+  EXPECT_GE(r.flops, 2 * 20 * c.num_layers * layer_weights);
   EXPECT_GT((*e)->ResidentBytes(), 0);
 }
 
