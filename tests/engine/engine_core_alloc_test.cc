@@ -10,34 +10,9 @@
 #include "engine/kv/engine_core.h"
 #include "engine/model/sampler.h"
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "kernels/thread_pool.h"
 #include "tests/engine/engine_core_test_util.h"
-
-// GCC 12 flags free() in the replaced operator delete as mismatched with
-// the replaced operator new (both use malloc/free here).
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept {
-  return operator new(n, t);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace pdserve {
 namespace {
@@ -88,13 +63,13 @@ TEST(EngineCoreAllocTest, NoHeapAllocationInSteadyStateSteps) {
     }
   };
   run_steps(3);  // warm-up: result vector, first pages
-  const int64_t before = g_allocations.load();
+  const int64_t before = test::AllocationCount();
   run_steps(100);
-  const int64_t after = g_allocations.load();
+  const int64_t after = test::AllocationCount();
   EXPECT_EQ(after - before, 0) << "heap allocations in 100 steps";
   // The counter sees allocations at all (the test can fail).
   auto probe = std::make_unique<std::vector<int>>(3);
-  EXPECT_GT(g_allocations.load(), after);
+  EXPECT_GT(test::AllocationCount(), after);
   EXPECT_GT(left[8], 0);  // still prefilling: mixed steps throughout
 }
 

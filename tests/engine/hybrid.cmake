@@ -24,6 +24,6 @@ if(TARGET pdserve_model AND TARGET pdserve_loader)
 endif()
 if(TARGET pdserve_model AND TARGET pdserve_loader)
   pdserve_add_test(NAME hybrid_alloc_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_alloc_test.cc
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
 endif()

@@ -9,22 +9,9 @@
 
 #include "engine/loader/model_loader.h"
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/engine/hybrid_test_util.h"
 
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace pdserve {
 namespace {
@@ -58,10 +45,10 @@ void CheckNoAllocation(const std::string& name) {
   };
   step(0, true);
   step(10, false);  // warm-up: per-thread MatMul scratch
-  const int64_t before = g_allocations.load();
+  const int64_t before = test::AllocationCount();
   step(0, true);
   for (int k = 0; k < 4; ++k) step(10 + k, false);
-  EXPECT_EQ(g_allocations.load() - before, 0) << name;
+  EXPECT_EQ(test::AllocationCount() - before, 0) << name;
 }
 
 TEST(HybridAllocTest, MoeRunDoesNotAllocate) {

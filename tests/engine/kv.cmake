@@ -12,6 +12,6 @@ if(TARGET pdserve_kv AND TARGET pdserve_model AND TARGET pdserve_loader)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_test.cc
     LIBS pdserve_kv pdserve_loader)
   pdserve_add_test(NAME engine_core_alloc_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_alloc_test.cc
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     LIBS pdserve_kv)
 endif()

@@ -4,7 +4,7 @@ if(TARGET pdserve_model)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_forward_test.cc
     LIBS pdserve_model)
   pdserve_add_test(NAME model_alloc_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_alloc_test.cc
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     LIBS pdserve_model)
   pdserve_add_test(NAME model_sampler_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_sampler_test.cc

@@ -9,23 +9,10 @@
 #include "engine/model/forward.h"
 #include "engine/model/sampler.h"
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "kernels/thread_pool.h"
 #include "tests/engine/model_test_util.h"
 
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace pdserve {
 namespace {
@@ -57,10 +44,10 @@ TEST(ModelAllocTest, ForwardRunDoesNotAllocateInSteadyState) {
     ASSERT_TRUE((*fp)->Run(batch, absl::MakeSpan(logits), &stats).ok());
   };
   step(0, 20, 0);  // warm-up at the largest size
-  const int64_t before = g_allocations.load();
+  const int64_t before = test::AllocationCount();
   step(20, 10, 1);
   for (int i = 0; i < 5; ++i) step(30 + i, 1, 2 + i);
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(test::AllocationCount() - before, 0);
 }
 
 TEST(ModelAllocTest, SampleDoesNotAllocateAfterWarmUp) {
@@ -80,11 +67,11 @@ TEST(ModelAllocTest, SampleDoesNotAllocateAfterWarmUp) {
   for (int i = 0; i < 1000; ++i) logits[i] = std::sin(i * 0.37f) * 4;
   SamplerScratch scratch;
   ASSERT_TRUE((*sampler)->Sample(logits, &scratch).ok());  // warm-up
-  const int64_t before = g_allocations.load();
+  const int64_t before = test::AllocationCount();
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE((*sampler)->Sample(logits, &scratch).ok());
   }
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(test::AllocationCount() - before, 0);
 }
 
 }  // namespace

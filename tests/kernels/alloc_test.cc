@@ -7,25 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/ops.h"
 
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-// GCC cannot see that the replaced operator new above is malloc-based.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace pdserve {
 namespace {
@@ -50,14 +36,14 @@ TEST(AllocationTest, SteadyStateMatMulDoesNotAllocate) {
       // Warm up with the largest batch so the scratch reaches its size.
       kernels_internal::MatMulWith(*k, w, x.data(), kCols, 16, y.data(), kRows,
                                    pool);
-      const int64_t before = g_allocations.load();
+      const int64_t before = test::AllocationCount();
       for (int64_t n : {1, 16, 3, 1, 8}) {
         kernels_internal::MatMulWith(*k, w, x.data(), kCols, n, y.data(), kRows,
                                      pool);
       }
       (void)Dot(x.data(), x.data() + kCols, kCols);
       ApplyRope(x.data(), 9, 64, 64, 5.0, 10000.0f, RopeStyle::kNeox);
-      EXPECT_EQ(g_allocations.load() - before, 0)
+      EXPECT_EQ(test::AllocationCount() - before, 0)
           << k->name << " " << DTypeName(type);
     }
   }

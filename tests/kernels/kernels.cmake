@@ -2,7 +2,7 @@
 # CPU supports, batch invariance, thread pool, conversions and ops.
 pdserve_add_test(NAME kernels_test LABEL unit
   SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/alloc_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     ${CMAKE_CURRENT_LIST_DIR}/dtype_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/ops_test.cc
