@@ -1,0 +1,84 @@
+// The compute-backend interface of the engine: where a step's batched forward
+// pass runs (the CPU kernels, or a device plugin such as kernels/cuda).
+//
+// EngineCore owns the capacity accounting (KvPool: which pages and state slot
+// a sequence holds) on the host in every case; a backend owns the memory that
+// holds the keys/values and linear-attention state for that geometry (host
+// KvStorage for the CPU, device memory for CUDA) and runs the model over it.
+#ifndef PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_
+#define PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/model/forward.h"
+#include "engine/model_weights.h"
+
+namespace pdserve {
+
+// Where to run: "cpu" (default), "cuda" (device 0) or "cuda:N".
+struct DeviceSpec {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int32_t index = 0;
+  std::string ToString() const;  // "cpu", "cuda:0"
+};
+
+// Parses "cpu", "cuda", "cuda:N". INVALID_ARGUMENT names the text.
+absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
+
+// Per-sequence sampling the device can do itself (no penalties). Greedy when
+// temperature == 0.
+struct DeviceSamplingParams {
+  float temperature = 0.0f;
+  int32_t top_k = 0;      // 0 = off
+  float top_p = 1.0f;     // 1 = off
+  float min_p = 0.0f;     // 0 = off
+  uint64_t seed = 0;      // with `step`, makes the draw reproducible
+  uint64_t step = 0;      // tokens this sequence sampled before
+};
+
+// One sampled token and log p(token) under the raw logits' log-softmax.
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+// A backend instance serves one model and one KV geometry. Thread-
+// compatible: one Run at a time (the engine's step thread).
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+
+  // "cpu", or e.g. "cuda:0 NVIDIA H200 (sm_90)".
+  virtual std::string Describe() const = 0;
+  virtual int64_t max_batch_tokens() const = 0;
+  // Longest sequence Run accepts (positions).
+  virtual int64_t max_positions() const = 0;
+
+  // The contract of ForwardPass::Run (engine/model/forward.h): same
+  // validation, same logits layout (host memory), same ForwardStats. For
+  // hybrid models SequenceSpan::state_slot names the sequence's linear-
+  // attention slot (backends that keep state off the host use it instead of
+  // SequenceSpan::linear_state).
+  virtual absl::Status Run(absl::Span<const SequenceSpan> batch,
+                           absl::Span<float> logits, ForwardStats* stats) = 0;
+
+  // Optional: run and sample on the device, one SampledToken per span (from
+  // its last row), without copying logits to the host. UNIMPLEMENTED when
+  // the backend cannot (the engine then calls Run and samples on the host).
+  virtual absl::Status RunAndSample(
+      absl::Span<const SequenceSpan> batch,
+      absl::Span<const DeviceSamplingParams> params,
+      absl::Span<SampledToken> tokens, ForwardStats* stats) {
+    return absl::UnimplementedError("device sampling not supported");
+  }
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_
