@@ -15,43 +15,31 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/backend/device_spec.h"
 #include "engine/model/forward.h"
+#include "engine/model/sampler.h" // SampledToken
 #include "engine/model_weights.h"
 
 namespace pdserve {
 
-// Where to run: "cpu" (default), "cuda" (device 0) or "cuda:N".
-struct DeviceSpec {
-  enum class Kind { kCpu, kCuda };
-  Kind kind = Kind::kCpu;
-  int32_t index = 0;
-  std::string ToString() const;  // "cpu", "cuda:0"
-};
-
-// Parses "cpu", "cuda", "cuda:N". INVALID_ARGUMENT names the text.
-absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
-
-// Per-sequence sampling the device can do itself (no penalties). Greedy when
-// temperature == 0.
+// Per-sequence sampling the device can do itself (no penalties): the
+// SamplingParams of engine/model/sampler.h without the penalty fields. Greedy
+// when temperature == 0. A device draw need not reproduce the host
+// Sampler's std::mt19937_64 stream; it must be a deterministic function of
+// (seed, step, logits).
 struct DeviceSamplingParams {
   float temperature = 0.0f;
-  int32_t top_k = 0;      // 0 = off
-  float top_p = 1.0f;     // 1 = off
-  float min_p = 0.0f;     // 0 = off
-  uint64_t seed = 0;      // with `step`, makes the draw reproducible
-  uint64_t step = 0;      // tokens this sequence sampled before
-};
-
-// One sampled token and log p(token) under the raw logits' log-softmax.
-struct SampledToken {
-  int32_t token = -1;
-  float logprob = 0.0f;
+  int32_t top_k = 0;  // 0 = off
+  float top_p = 1.0f; // 1 = off
+  float min_p = 0.0f; // 0 = off
+  uint64_t seed = 0;  // with `step`, makes the draw reproducible
+  uint64_t step = 0;  // tokens this sequence sampled before
 };
 
 // A backend instance serves one model and one KV geometry. Thread-
 // compatible: one Run at a time (the engine's step thread).
 class ForwardBackend {
- public:
+public:
   virtual ~ForwardBackend() = default;
 
   // "cpu", or e.g. "cuda:0 NVIDIA H200 (sm_90)".
@@ -66,19 +54,23 @@ class ForwardBackend {
   // attention slot (backends that keep state off the host use it instead of
   // SequenceSpan::linear_state).
   virtual absl::Status Run(absl::Span<const SequenceSpan> batch,
-                           absl::Span<float> logits, ForwardStats* stats) = 0;
+                           absl::Span<float> logits, ForwardStats *stats) = 0;
+
+  // True when RunAndSample is implemented (the engine then uses it for
+  // steps whose sequences need no penalties).
+  virtual bool SamplesOnDevice() const { return false; }
 
   // Optional: run and sample on the device, one SampledToken per span (from
   // its last row), without copying logits to the host. UNIMPLEMENTED when
   // the backend cannot (the engine then calls Run and samples on the host).
-  virtual absl::Status RunAndSample(
-      absl::Span<const SequenceSpan> batch,
-      absl::Span<const DeviceSamplingParams> params,
-      absl::Span<SampledToken> tokens, ForwardStats* stats) {
+  virtual absl::Status
+  RunAndSample(absl::Span<const SequenceSpan> batch,
+               absl::Span<const DeviceSamplingParams> params,
+               absl::Span<SampledToken> tokens, ForwardStats *stats) {
     return absl::UnimplementedError("device sampling not supported");
   }
 };
 
-}  // namespace pdserve
+} // namespace pdserve
 
-#endif  // PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_
+#endif // PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_

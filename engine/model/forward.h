@@ -38,6 +38,11 @@ struct SequenceSpan {
   // config.linear_state_floats() floats (KvPool::LinearState), read and
   // updated in place; zeroed by Run when start_pos == 0.
   float* linear_state = nullptr;
+  // Hybrid models: this sequence's linear-attention slot in the KvPool
+  // (KvPool::StateSlot), -1 for dense models. Backends that keep the state
+  // off the host (engine/backend) use it instead of linear_state; ForwardPass
+  // ignores it.
+  int32_t state_slot = -1;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t logit_rows() const { return all_logits ? size() : 1; }
