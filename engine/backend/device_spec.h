@@ -18,7 +18,7 @@ struct DeviceSpec {
   int32_t index = 0;
 
   bool is_cpu() const { return kind == Kind::kCpu; }
-  std::string ToString() const; // "cpu", "cuda:0"
+  std::string ToString() const;  // "cpu", "cuda:0"
   bool operator==(const DeviceSpec &o) const {
     return kind == o.kind && index == o.index;
   }
@@ -29,6 +29,6 @@ struct DeviceSpec {
 // and lists the accepted forms.
 absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
 
-} // namespace pdserve
+}  // namespace pdserve
 
-#endif // PDSERVE_ENGINE_BACKEND_DEVICE_SPEC_H_
+#endif  // PDSERVE_ENGINE_BACKEND_DEVICE_SPEC_H_

@@ -17,7 +17,7 @@
 #include "absl/types/span.h"
 #include "engine/backend/device_spec.h"
 #include "engine/model/forward.h"
-#include "engine/model/sampler.h" // SampledToken
+#include "engine/model/sampler.h"  // SampledToken
 #include "engine/model_weights.h"
 
 namespace pdserve {
@@ -29,17 +29,17 @@ namespace pdserve {
 // (seed, step, logits).
 struct DeviceSamplingParams {
   float temperature = 0.0f;
-  int32_t top_k = 0;  // 0 = off
-  float top_p = 1.0f; // 1 = off
-  float min_p = 0.0f; // 0 = off
-  uint64_t seed = 0;  // with `step`, makes the draw reproducible
-  uint64_t step = 0;  // tokens this sequence sampled before
+  int32_t top_k = 0;   // 0 = off
+  float top_p = 1.0f;  // 1 = off
+  float min_p = 0.0f;  // 0 = off
+  uint64_t seed = 0;   // with `step`, makes the draw reproducible
+  uint64_t step = 0;   // tokens this sequence sampled before
 };
 
 // A backend instance serves one model and one KV geometry. Thread-
 // compatible: one Run at a time (the engine's step thread).
 class ForwardBackend {
-public:
+ public:
   virtual ~ForwardBackend() = default;
 
   // "cpu", or e.g. "cuda:0 NVIDIA H200 (sm_90)".
@@ -63,14 +63,14 @@ public:
   // Optional: run and sample on the device, one SampledToken per span (from
   // its last row), without copying logits to the host. UNIMPLEMENTED when
   // the backend cannot (the engine then calls Run and samples on the host).
-  virtual absl::Status
-  RunAndSample(absl::Span<const SequenceSpan> batch,
-               absl::Span<const DeviceSamplingParams> params,
-               absl::Span<SampledToken> tokens, ForwardStats *stats) {
+  virtual absl::Status RunAndSample(
+      absl::Span<const SequenceSpan> batch,
+      absl::Span<const DeviceSamplingParams> params,
+      absl::Span<SampledToken> tokens, ForwardStats *stats) {
     return absl::UnimplementedError("device sampling not supported");
   }
 };
 
-} // namespace pdserve
+}  // namespace pdserve
 
-#endif // PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_
+#endif  // PDSERVE_ENGINE_BACKEND_FORWARD_BACKEND_H_

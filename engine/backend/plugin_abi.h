@@ -51,11 +51,11 @@ extern "C" {
 
 // What a device offers; filled by query_device.
 struct PdserveDeviceInfo {
-  int64_t free_bytes;    // free device memory now (cudaMemGetInfo)
-  int64_t total_bytes;   // device memory in all
-  int32_t compute_major; // e.g. 9 for sm_90 (0 when not applicable)
+  int64_t free_bytes;     // free device memory now (cudaMemGetInfo)
+  int64_t total_bytes;    // device memory in all
+  int32_t compute_major;  // e.g. 9 for sm_90 (0 when not applicable)
   int32_t compute_minor;
-  char name[256]; // NUL-terminated, e.g. "NVIDIA H200"
+  char name[256];  // NUL-terminated, e.g. "NVIDIA H200"
 };
 
 // Inputs of create_backend. The caller zero-initialises it and sets
@@ -75,17 +75,17 @@ struct PdserveBackendArgs {
   // slot in [0, max_sequences); SequenceSpan::linear_state is host memory
   // the plugin must ignore.
   const pdserve::KvGeometry *geometry;
-  int32_t device_index;     // "cuda:N" -> N
-  int32_t num_threads;      // host threads it may use (0 = its choice)
-  int64_t max_batch_tokens; // most tokens one Run/RunAndSample carries
+  int32_t device_index;      // "cuda:N" -> N
+  int32_t num_threads;       // host threads it may use (0 = its choice)
+  int64_t max_batch_tokens;  // most tokens one Run/RunAndSample carries
 };
 
 // The table a plugin exports (all fields set; function pointers non-null).
 struct PdservePluginV1 {
-  uint32_t abi_version;        // PDSERVE_PLUGIN_ABI_VERSION of its build
-  uint64_t layout_fingerprint; // PdservePluginLayoutFingerprint() of its build
-  const char *name;            // "cuda"
-  const char *build_info;      // free text, e.g. "CUDA 13.0, sm_90"
+  uint32_t abi_version;         // PDSERVE_PLUGIN_ABI_VERSION of its build
+  uint64_t layout_fingerprint;  // PdservePluginLayoutFingerprint() of its build
+  const char *name;             // "cuda"
+  const char *build_info;       // free text, e.g. "CUDA 13.0, sm_90"
   // Reports device `device_index`. Must not allocate device memory beyond
   // what creating a context needs. FAILED_PRECONDITION with the driver's
   // text when there is no driver or no such device.
@@ -102,7 +102,7 @@ struct PdservePluginV1 {
 // The entry point's type (what dlsym(PDSERVE_PLUGIN_ENTRY_SYMBOL) gives).
 typedef const PdservePluginV1 *(*PdservePluginEntryFn)(void);
 
-} // extern "C"
+}  // extern "C"
 
 namespace pdserve {
 
@@ -118,7 +118,7 @@ constexpr uint64_t PdservePluginLayoutFingerprint() {
       sizeof(PdserveBackendArgs),   sizeof(PdserveDeviceInfo),
       sizeof(PdservePluginV1),      sizeof(ForwardBackend),
   };
-  uint64_t h = 1469598103934665603ull; // FNV-1a over the sizes
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes
   for (uint64_t s : sizes) {
     h ^= s;
     h *= 1099511628211ull;
@@ -126,6 +126,6 @@ constexpr uint64_t PdservePluginLayoutFingerprint() {
   return h;
 }
 
-} // namespace pdserve
+}  // namespace pdserve
 
-#endif // PDSERVE_ENGINE_BACKEND_PLUGIN_ABI_H_
+#endif  // PDSERVE_ENGINE_BACKEND_PLUGIN_ABI_H_
