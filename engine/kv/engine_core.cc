@@ -6,6 +6,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backend/backend_loader.h"
+#include "engine/backend/forward_backend.h"
 #include "engine/kv/sequence_state.h"
 #include "engine/model/forward.h"
 #include "engine/model/sampler.h"
@@ -52,6 +54,9 @@ struct EngineSequence {
   int64_t plan_stamp = -1;       // last step that listed it (duplicates)
   int64_t logits_step = -1;      // step whose logits row it owns
   int64_t logits_row = -1;
+  // No penalties: a device backend may sample it (DeviceSamplingParams).
+  bool device_samplable = false;
+  DeviceSamplingParams device_params;
 
   explicit EngineSequence(SequenceState s) : state(std::move(s)) {}
   // Tokens available to process (prompt, or the pending sampled token).
@@ -79,13 +84,20 @@ class EngineCore::Impl {
     for (SamplerScratch& sc : scratch_) sc.Reserve(static_cast<int32_t>(vocab_));
     to_sample_.reserve(static_cast<size_t>(max_rows_));
     sampled_.resize(static_cast<size_t>(max_rows_));
+    device_params_.resize(static_cast<size_t>(max_rows_));
+    device_tokens_.resize(static_cast<size_t>(max_rows_));
   }
 
   absl::Status Init() {
-    absl::StatusOr<std::unique_ptr<ForwardPass>> fp = ForwardPass::Create(
-        *weights_, pool_->storage(), *threads_, options_.max_step_tokens);
-    if (!fp.ok()) return fp.status();
-    forward_ = std::move(*fp);
+    BackendOptions bo;
+    bo.max_batch_tokens = options_.max_step_tokens;
+    bo.plugin_path = options_.backend_plugin_path;
+    absl::StatusOr<std::unique_ptr<ForwardBackend>> backend =
+        CreateForwardBackend(*weights_, *pool_, *threads_, options_.device,
+                             bo);
+    if (!backend.ok()) return backend.status();
+    backend_ = std::move(*backend);
+    description_ = backend_->Describe();
     return absl::OkStatus();
   }
 
@@ -101,8 +113,13 @@ class EngineCore::Impl {
 
   const KvGeometry& geometry() const { return pool_->geometry(); }
   const ModelConfig& config() const { return weights_->config; }
+  const DeviceSpec& device() const { return options_.device; }
+  const std::string& description() const { return description_; }
 
  private:
+  // Runs the staged spans: RunAndSample when `on_device`, else Run into
+  // logits_.
+  absl::Status Forward(bool on_device, ForwardStats* stats);
   absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
   // Samples every sequence in to_sample_ into sampled_, on all threads.
   void SampleAll();
@@ -115,7 +132,8 @@ class EngineCore::Impl {
   ThreadPool* threads_;
   EngineOptions options_;
   std::unique_ptr<KvPool> pool_;
-  std::unique_ptr<ForwardPass> forward_;
+  std::unique_ptr<ForwardBackend> backend_;
+  std::string description_;
   const int64_t vocab_;
   const int64_t max_rows_;  // logits rows: spans in one step
   std::unique_ptr<float[]> logits_;
@@ -126,6 +144,10 @@ class EngineCore::Impl {
   };
   std::vector<SampleItem> to_sample_;
   std::vector<absl::StatusOr<SampledToken>> sampled_;
+  // Device sampling staging, one per span (capacity max_rows_).
+  std::vector<DeviceSamplingParams> device_params_;
+  std::vector<SampledToken> device_tokens_;
+  bool last_step_on_device_ = false;  // LastLogits has no host row
   absl::flat_hash_map<SequenceId, std::unique_ptr<EngineSequence>> seqs_;
   // Step staging, capacity fixed at construction.
   std::vector<SequenceSpan> spans_;
@@ -200,6 +222,14 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->sampler->AddPrompt(prompt);
   seq->stop_ids.assign(stop_token_ids.begin(), stop_token_ids.end());
   seq->max_new_tokens = max_new_tokens;
+  seq->device_samplable = params.repetition_penalty == 1.0f &&
+                          params.presence_penalty == 0.0f &&
+                          params.frequency_penalty == 0.0f;
+  seq->device_params.temperature = params.temperature;
+  seq->device_params.top_k = params.top_k;
+  seq->device_params.top_p = params.top_p;
+  seq->device_params.min_p = params.min_p;
+  seq->device_params.seed = params.seed;
   seqs_.emplace(id, std::move(seq));
   ++running_;
   return absl::OkStatus();
@@ -265,6 +295,9 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   result->tokens_processed = 0;
   spans_.clear();
   span_seq_.clear();
+  // Device sampling when the backend offers it and every sequence that
+  // samples in this step needs no penalty.
+  bool on_device = backend_->SamplesOnDevice();
   for (size_t i = 0; i < plan.size(); ++i) {
     EngineSequence& seq = *seqs_.find(plan[i].id)->second;
     SequenceStepResult& out = result->sequences[i];
@@ -283,6 +316,11 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     span.page_table = pool_->PageTable(seq.id);
     span.rope_delta = seq.state.rope_delta();
     span.linear_state = pool_->LinearState(seq.id);  // hybrid models
+    span.state_slot = pool_->StateSlot(seq.id);
+    if (end == static_cast<int64_t>(seq.tokens.size()) &&
+        !seq.device_samplable) {
+      on_device = false;  // samples this step, with penalties
+    }
     spans_.push_back(span);
     span_seq_.push_back(&seq);
   }
@@ -290,11 +328,9 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   ForwardStats fstats;
   const int64_t t1 = options_.now_ns();
   if (!spans_.empty()) {
-    const int64_t rows = ForwardPass::LogitRows(spans_);
-    absl::Status s = forward_->Run(
-        spans_, absl::MakeSpan(logits_.get(), rows * vocab_), &fstats);
-    if (!s.ok()) return s;
+    if (absl::Status s = Forward(on_device, &fstats); !s.ok()) return s;
     ++forward_steps_;
+    last_step_on_device_ = on_device;
   }
   const int64_t t2 = options_.now_ns();
 
@@ -324,11 +360,18 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     }
     ++span_index;
   }
-  SampleAll();
-  for (size_t k = 0; k < to_sample_.size(); ++k) {
-    if (!sampled_[k].ok()) return sampled_[k].status();
-    Apply(*span_seq_[to_sample_[k].span], *sampled_[k],
-          result->sequences[to_sample_[k].plan_index]);
+  if (on_device) {
+    for (const SampleItem& item : to_sample_) {
+      Apply(*span_seq_[item.span], device_tokens_[item.span],
+            result->sequences[item.plan_index]);
+    }
+  } else {
+    SampleAll();
+    for (size_t k = 0; k < to_sample_.size(); ++k) {
+      if (!sampled_[k].ok()) return sampled_[k].status();
+      Apply(*span_seq_[to_sample_[k].span], *sampled_[k],
+            result->sequences[to_sample_[k].plan_index]);
+    }
   }
   const int64_t t3 = options_.now_ns();
 
@@ -340,6 +383,33 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   result->kv_bytes_read = fstats.kv_bytes_read;
   result->kv_bytes_written = fstats.kv_bytes_written;
   result->flops = fstats.flops;
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::Impl::Forward(bool on_device, ForwardStats* stats) {
+  if (!on_device) {
+    const int64_t rows = ForwardPass::LogitRows(spans_);
+    return backend_->Run(spans_, absl::MakeSpan(logits_.get(), rows * vocab_),
+                         stats);
+  }
+  const size_t n = spans_.size();
+  for (size_t k = 0; k < n; ++k) {
+    const EngineSequence& seq = *span_seq_[k];
+    device_params_[k] = seq.device_params;
+    device_params_[k].step = static_cast<uint64_t>(seq.generated);
+  }
+  absl::Status s = backend_->RunAndSample(
+      spans_, absl::MakeConstSpan(device_params_.data(), n),
+      absl::MakeSpan(device_tokens_.data(), n), stats);
+  if (!s.ok()) return s;
+  for (size_t k = 0; k < n; ++k) {
+    const int32_t t = device_tokens_[k].token;
+    if (t < 0 || t >= vocab_) {
+      return absl::InternalError(
+          absl::StrCat(description_, " sampled token ", t, " for sequence ",
+                       span_seq_[k]->id, ", outside [0, ", vocab_, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -417,7 +487,10 @@ EngineStats EngineCore::Impl::Stats() const {
 
 absl::Span<const float> EngineCore::Impl::LastLogits(SequenceId id) const {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second->logits_step != steps_) return {};
+  if (it == seqs_.end() || it->second->logits_step != steps_ ||
+      last_step_on_device_) {
+    return {};
+  }
   return absl::MakeConstSpan(logits_.get() + it->second->logits_row * vocab_,
                              vocab_);
 }
@@ -439,7 +512,20 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
     options.kv_memory.fraction = 0.5;
   }
   if (!options.available_bytes) {
-    options.available_bytes = ReadMemAvailableBytes;
+    if (options.device.is_cpu()) {
+      options.available_bytes = ReadMemAvailableBytes;
+    } else {
+      // A fractional budget is of the device's free memory (the plugin's
+      // query; its error, e.g. no driver, ends the creation here).
+      BackendOptions bo;
+      bo.plugin_path = options.backend_plugin_path;
+      absl::StatusOr<DeviceInfo> info = QueryDevice(options.device, bo);
+      if (!info.ok()) return info.status();
+      const int64_t free_bytes = info->free_bytes;
+      options.available_bytes = [free_bytes]() -> absl::StatusOr<int64_t> {
+        return free_bytes;
+      };
+    }
   }
   absl::StatusOr<KvGeometry> geometry = ComputeKvGeometry(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
@@ -479,6 +565,8 @@ int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }
 const ModelConfig& EngineCore::model_config() const {
   return impl_->config();
 }
+const DeviceSpec& EngineCore::device() const { return impl_->device(); }
+std::string EngineCore::Describe() const { return impl_->description(); }
 absl::Span<const float> EngineCore::LastLogits(SequenceId id) const {
   return impl_->LastLogits(id);
 }

@@ -28,11 +28,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/backend/device_spec.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model_weights.h"
 
@@ -43,16 +45,25 @@ class ThreadPool;       // kernels/thread_pool.h
 
 // Engine construction options.
 struct EngineOptions {
-  // --kv-memory: bytes or a fraction of available memory; when neither is
-  // set (the default) half of the available memory.
+  // --kv-memory: bytes or a fraction of available memory (of the device's
+  // free memory for a device backend); when neither is set (the default)
+  // half of it.
   KvMemoryBudget kv_memory;
+  // --device: where the forward pass runs. cuda loads the CUDA plugin
+  // (engine/backend/backend_loader.h); the KV pool's capacity accounting
+  // stays on the host, its keys/values live on the device.
+  DeviceSpec device;
+  // The device plugin file to load instead of searching (tests); empty =
+  // the loader's search list.
+  std::string backend_plugin_path;
   int64_t page_size = 16;          // tokens per KV page
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
   // Monotonic clock for step timings, in nanoseconds; defaults to
   // std::chrono::steady_clock. Inject a fake for deterministic tests.
   std::function<int64_t()> now_ns;
-  // Available memory for a fractional budget; defaults to /proc/meminfo.
+  // Available memory for a fractional budget; defaults to /proc/meminfo for
+  // the CPU and the plugin's free device memory for a device.
   std::function<absl::StatusOr<int64_t>()> available_bytes;
 };
 
@@ -118,8 +129,10 @@ class EngineCore {
  public:
   // Shares ownership of `weights`; `threads` (not owned, must outlive the
   // core) runs the kernels and the sampling of every Step. Sizes the KV pool
-  // from options.kv_memory and allocates every per-step buffer. Errors name
-  // the numbers (budget, geometry, max_step_tokens).
+  // from options.kv_memory, creates the backend for options.device and
+  // allocates every per-step buffer. Errors name the numbers (budget,
+  // geometry, max_step_tokens); for a device, FAILED_PRECONDITION names the
+  // plugin paths tried or the device's error (no driver, no device).
   static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
       std::shared_ptr<const ModelWeights> weights, ThreadPool* threads,
       EngineOptions options);
@@ -139,7 +152,9 @@ class EngineCore {
                            absl::Span<const int32_t> stop_token_ids,
                            int64_t max_new_tokens);
 
-  // Executes `plan` as one forward pass and samples. The plan is validated
+  // Executes `plan` as one forward pass and samples: on the device when the
+  // backend can (ForwardBackend::SamplesOnDevice) and no sequence sampling
+  // in this step uses a penalty; otherwise from host logits. The plan is validated
   // before anything changes: an unknown id (NOT_FOUND), a duplicate id,
   // num_tokens <= 0, more tokens than are pending (past the end of the
   // prompt; more than 1 for a decode), or more than max_step_tokens in total
@@ -161,11 +176,16 @@ class EngineCore {
   // A system call over the whole mapping: for reports, not every step.
   int64_t ResidentBytes() const;
   const ModelConfig& model_config() const;
+  // The device the forward pass runs on, and the backend's description
+  // ("cpu", "cuda:0 NVIDIA H200 (sm_90)").
+  const DeviceSpec& device() const;
+  std::string Describe() const;
 
   // The logits row (vocab_size floats) the last Step computed for `id`: for
   // the last token of its span, the row its new token (if any) was sampled
   // from. Empty when `id` was not run by the last Step. Valid until the next
-  // Step. For tests and debugging.
+  // Step. For tests and debugging. Empty as well when the last Step sampled
+  // on the device (ForwardBackend::RunAndSample: no logits reach the host).
   absl::Span<const float> LastLogits(SequenceId id) const;
 
  private:

@@ -359,6 +359,11 @@ absl::Span<const int32_t> KvPool::PageTable(SequenceId id) const {
   return it->second.pages;
 }
 
+int32_t KvPool::StateSlot(SequenceId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second.slot;
+}
+
 float* KvPool::LinearState(SequenceId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.slot < 0) return nullptr;

@@ -161,6 +161,10 @@ class KvPool {
   // Conv + recurrent state of `id` (linear_state_bytes_per_sequence / 4
   // floats, zeroed at Add), or nullptr for dense models / unknown ids.
   float* LinearState(SequenceId id);
+  // The linear-state slot of `id`, in [0, max_sequences) (the index device
+  // backends keep their copy of the state under, SequenceSpan::state_slot),
+  // or -1 for dense models / unknown ids. Stable while `id` is live.
+  int32_t StateSlot(SequenceId id) const;
 
   KvPoolStats Stats() const;
   // Bytes of the pool's mappings resident in physical memory, measured with
