@@ -1,0 +1,242 @@
+#include "kernels/cuda/plugin/plugin_kernels.h"
+
+#include <math.h>
+
+namespace pdserve::cuda_runner {
+namespace {
+
+constexpr int kTileKeys = 32;
+constexpr int kThreads = 128;
+
+__global__ void GatherRowsKernel(const float *__restrict__ src,
+                                 int64_t src_stride, int64_t src_rows,
+                                 const int32_t *__restrict__ index,
+                                 int64_t cols, float *__restrict__ dst,
+                                 int64_t dst_stride) {
+  const int64_t i = blockIdx.x;
+  const int32_t s = index[i];
+  const bool ok = s >= 0 && s < src_rows;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dst[i * dst_stride + c] = ok ? src[s * src_stride + c] : 0.0f;
+  }
+}
+
+struct AttnParams {
+  const float *kv;
+  int64_t layer_offset; // floats from a page's start to this layer's keys
+  int64_t page_stride;
+  int64_t value_offset; // page_size * kv_dim
+  int64_t kv_dim;
+  int32_t page_size;
+  int32_t num_pages;
+  int32_t num_seqs;
+  const int32_t *q_start;
+  const int32_t *start_pos;
+  const int32_t *page_start;
+  const int32_t *page_table;
+  int32_t group;
+  int32_t head_dim;
+  float scale;
+  const float *q;
+  int64_t q_stride;
+  float *out;
+  int64_t out_stride;
+};
+
+// Shared memory: q[g][hd], acc[g][hd], k[T][hd], v[T][hd], s[g][T], m[g],
+// l[g], alpha[g], then koff[T] (int64).
+__global__ void __launch_bounds__(kThreads)
+    FallbackAttentionKernel(AttnParams p) {
+  extern __shared__ float sm[];
+  const int g = p.group, hd = p.head_dim;
+  float *qs = sm;
+  float *acc = qs + g * hd;
+  float *ks = acc + g * hd;
+  float *vs = ks + kTileKeys * hd;
+  float *sc = vs + kTileKeys * hd;
+  float *mrow = sc + g * kTileKeys;
+  float *lrow = mrow + g;
+  float *alpha = lrow + g;
+  auto *koff = reinterpret_cast<long long *>(
+      sm +
+      ((2 * g * hd + 2 * kTileKeys * hd + g * kTileKeys + 3 * g + 1) & ~1));
+  __shared__ int s_seq;
+  const int r = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int tid = threadIdx.x;
+  if (tid == 0) { // the sequence owning row r: last s with q_start[s] <= r
+    int lo = 0, hi = p.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.q_start[mid] <= r)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    s_seq = lo;
+  }
+  __syncthreads();
+  const int s = s_seq;
+  const int64_t n_keys =
+      static_cast<int64_t>(p.start_pos[s]) + (r - p.q_start[s]) + 1;
+  const int32_t pt_begin = p.page_start[s];
+  const int32_t pt_len = p.page_start[s + 1] - pt_begin;
+  const float *qrow = p.q + r * p.q_stride + static_cast<int64_t>(kvh) * g * hd;
+  for (int i = tid; i < g * hd; i += kThreads) {
+    qs[i] = qrow[i];
+    acc[i] = 0.0f;
+  }
+  for (int i = tid; i < g; i += kThreads) {
+    mrow[i] = -INFINITY;
+    lrow[i] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t k0 = 0; k0 < n_keys; k0 += kTileKeys) {
+    const int nk =
+        n_keys - k0 < kTileKeys ? static_cast<int>(n_keys - k0) : kTileKeys;
+    if (tid < nk) {
+      const int64_t key = k0 + tid;
+      const int64_t e = key / p.page_size;
+      long long off = -1;
+      if (e < pt_len) {
+        const int32_t page = p.page_table[pt_begin + e];
+        if (page >= 0 && page < p.num_pages) {
+          off = page * p.page_stride + p.layer_offset +
+                (key % p.page_size) * p.kv_dim + static_cast<int64_t>(kvh) * hd;
+        }
+      }
+      koff[tid] = off;
+    }
+    __syncthreads();
+    for (int i = tid; i < nk * hd; i += kThreads) {
+      const int j = i / hd, d = i % hd;
+      const long long off = koff[j];
+      ks[i] = off >= 0 ? p.kv[off + d] : 0.0f;
+      vs[i] = off >= 0 ? p.kv[off + p.value_offset + d] : 0.0f;
+    }
+    __syncthreads();
+    for (int i = tid; i < g * nk; i += kThreads) {
+      const int h = i / nk, j = i % nk;
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d)
+        dot += qs[h * hd + d] * ks[j * hd + d];
+      sc[h * kTileKeys + j] = koff[j] >= 0 ? dot * p.scale : -INFINITY;
+    }
+    __syncthreads();
+    for (int h = tid; h < g; h += kThreads) {
+      float mx = -INFINITY;
+      for (int j = 0; j < nk; ++j)
+        mx = fmaxf(mx, sc[h * kTileKeys + j]);
+      const float m_old = mrow[h];
+      const float m_new = fmaxf(m_old, mx);
+      float a = 1.0f, sum = 0.0f;
+      if (m_new != -INFINITY) {
+        a = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        for (int j = 0; j < nk; ++j) {
+          const float v = sc[h * kTileKeys + j];
+          const float e = v == -INFINITY ? 0.0f : expf(v - m_new);
+          sc[h * kTileKeys + j] = e;
+          sum += e;
+        }
+      } else {
+        for (int j = 0; j < nk; ++j)
+          sc[h * kTileKeys + j] = 0.0f;
+      }
+      lrow[h] = lrow[h] * a + sum;
+      mrow[h] = m_new;
+      alpha[h] = a;
+    }
+    __syncthreads();
+    for (int i = tid; i < g * hd; i += kThreads) {
+      const int h = i / hd, d = i % hd;
+      float v = acc[i] * alpha[h];
+      for (int j = 0; j < nk; ++j)
+        v += sc[h * kTileKeys + j] * vs[j * hd + d];
+      acc[i] = v;
+    }
+    __syncthreads();
+  }
+  float *orow = p.out + r * p.out_stride + static_cast<int64_t>(kvh) * g * hd;
+  for (int i = tid; i < g * hd; i += kThreads) {
+    const float l = lrow[i / hd];
+    orow[i] = l > 0.0f ? acc[i] / l : 0.0f;
+  }
+}
+
+} // namespace
+
+cudaError_t GatherRows(const float *src, int64_t src_stride, int64_t src_rows,
+                       const int32_t *index, int64_t rows, int64_t cols,
+                       float *dst, int64_t dst_stride, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return cudaSuccess;
+  if (src == nullptr || dst == nullptr || index == nullptr ||
+      rows > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  const int threads = cols >= 256 ? 256 : 64;
+  GatherRowsKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+      src, src_stride, src_rows, index, cols, dst, dst_stride);
+  return cudaGetLastError();
+}
+
+int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape &shape) {
+  if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0) {
+    return 0;
+  }
+  const int64_t g = shape.num_heads / shape.num_kv_heads;
+  const int64_t hd = shape.head_dim;
+  const int64_t floats =
+      ((2 * g * hd + 2 * kTileKeys * hd + g * kTileKeys + 3 * g + 1) & ~1LL);
+  return floats * 4 + kTileKeys * 8;
+}
+
+cudaError_t PrepareFallbackAttention(int64_t bytes) {
+  return cudaFuncSetAttribute(FallbackAttentionKernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
+cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
+                              const cuda::AttentionBatch &batch,
+                              const cuda::AttentionShape &shape, const float *q,
+                              int64_t q_stride, float *out, int64_t out_stride,
+                              cudaStream_t stream) {
+  if (batch.total_rows <= 0 || batch.num_seqs <= 0)
+    return cudaSuccess;
+  if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
+      shape.head_dim < 1 || shape.head_dim > 512 ||
+      kv.kv_dim != static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim ||
+      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  AttnParams p;
+  p.kv = kv.data;
+  p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
+  p.page_stride = kv.page_stride_floats;
+  p.value_offset = kv.page_size * kv.kv_dim;
+  p.kv_dim = kv.kv_dim;
+  p.page_size = static_cast<int32_t>(kv.page_size);
+  p.num_pages = static_cast<int32_t>(kv.num_pages);
+  p.num_seqs = batch.num_seqs;
+  p.q_start = batch.q_start;
+  p.start_pos = batch.start_pos;
+  p.page_start = batch.page_start;
+  p.page_table = batch.page_table;
+  p.group = shape.num_heads / shape.num_kv_heads;
+  p.head_dim = shape.head_dim;
+  p.scale = shape.scale != 0.0f
+                ? shape.scale
+                : 1.0f / sqrtf(static_cast<float>(shape.head_dim));
+  p.q = q;
+  p.q_stride = q_stride;
+  p.out = out;
+  p.out_stride = out_stride;
+  const dim3 grid(static_cast<unsigned>(batch.total_rows),
+                  static_cast<unsigned>(shape.num_kv_heads));
+  FallbackAttentionKernel<<<grid, kThreads, FallbackAttentionSmemBytes(shape),
+                            stream>>>(p);
+  return cudaGetLastError();
+}
+
+} // namespace pdserve::cuda_runner

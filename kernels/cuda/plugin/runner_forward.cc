@@ -1,0 +1,173 @@
+// CudaRunner's forward pass: the kernels of one step, in order, on compute_.
+// Nothing here allocates, synchronises or copies between host and device, so
+// a decode step can be captured as a CUDA graph.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/plugin/cuda_check.h"
+#include "kernels/cuda/plugin/plugin_kernels.h"
+#include "kernels/cuda/plugin/runner_internal.h"
+
+namespace pdserve::cuda_runner {
+namespace {
+
+bool IsQuantized(cuda::WType t) {
+  return t == cuda::WType::kQ8_0 || t == cuda::WType::kQ4_0 ||
+         t == cuda::WType::kQ4_1;
+}
+
+} // namespace
+
+absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
+                                int64_t x_stride, int64_t n, float *y,
+                                int64_t y_stride) {
+  // Quantized weights: chunked MatVec reads the packed weights n / 8 times,
+  // still cheaper than dequantizing to bf16 until a few chunks.
+  const int64_t matvec_limit =
+      IsQuantized(w.type) ? std::max<int64_t>(options_.matvec_max_tokens, 32)
+                          : options_.matvec_max_tokens;
+  if (n <= matvec_limit || gemm_scratch_ == nullptr) {
+    for (int64_t t = 0; t < n; t += cuda::kMaxMatVecTokens) {
+      const int64_t m = std::min<int64_t>(cuda::kMaxMatVecTokens, n - t);
+      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::MatVec(w, x + t * x_stride, x_stride,
+                                                m, y + t * y_stride, y_stride,
+                                                compute_));
+    }
+    return absl::OkStatus();
+  }
+  if (IsQuantized(w.type)) {
+    if (dequant_ == nullptr) {
+      return absl::InternalError("no dequantization scratch for a GEMM");
+    }
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::DequantizeToHalf(w, cuda::HalfType::kBF16, dequant_, compute_));
+    cuda::DeviceMatrix h;
+    h.type = cuda::WType::kBF16;
+    h.rows = w.rows;
+    h.cols = w.cols;
+    h.row_bytes = w.cols * 2;
+    h.data = dequant_;
+    PDSERVE_CUDA_RETURN_IF_ERROR(gemm_.Run(h, x, x_stride, n, y, y_stride,
+                                           gemm_scratch_, gemm_scratch_bytes_,
+                                           compute_));
+    return absl::OkStatus();
+  }
+  PDSERVE_CUDA_RETURN_IF_ERROR(gemm_.Run(w, x, x_stride, n, y, y_stride,
+                                         gemm_scratch_, gemm_scratch_bytes_,
+                                         compute_));
+  return absl::OkStatus();
+}
+
+CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
+  const int32_t hd = shape_.head_dim;
+  if (hd != 64 && hd != 128 && hd != 256)
+    return AttnKind::kFallback;
+  if (plan.decode && decode_ws_ != nullptr) {
+    const int64_t need = cuda::DecodeAttentionWorkspaceBytes(
+        shape_, static_cast<int32_t>(plan.seqs),
+        static_cast<int32_t>(plan.kv_bound));
+    if (need > 0 && need <= decode_ws_bytes_)
+      return AttnKind::kDecode;
+  }
+  return AttnKind::kPrefill;
+}
+
+absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
+                                   int64_t layer) {
+  const int64_t qd = config_.q_dim();
+  switch (kind) {
+  case AttnKind::kDecode:
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::DecodeAttention(kv_, layer, plan.attn, shape_, q_, qd, attn_, qd,
+                              decode_ws_, decode_ws_bytes_, compute_));
+    break;
+  case AttnKind::kPrefill:
+    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrefillAttention(
+        kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+    break;
+  case AttnKind::kFallback:
+    PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(
+        kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+    break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
+  const ModelConfig &c = config_;
+  const int64_t rows = plan.rows;
+  const int64_t hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t inter = c.intermediate_size, hd = c.head_dim;
+  const int64_t half = c.rope_dims / 2;
+  const float eps = c.rms_norm_eps;
+  const cuda::RopeMode rope = c.rope_style == RopeStyle::kNeox
+                                  ? cuda::RopeMode::kNeox
+                                  : cuda::RopeMode::kInterleaved;
+  const AttnKind attn_kind = ChooseAttention(plan);
+  PDSERVE_CUDA_RETURN_IF_ERROR(cuda::EmbeddingGather(
+      model_->embedding, plan.tokens, rows, x_, hidden, compute_));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cuda::RopeCosSin(
+      plan.positions, rows, c.rope_dims, c.rope_theta, cos_, sin_, compute_));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer &lw = model_->layers[l];
+    // x += previous layer's FFN output; xn = norm(x).
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::RmsNormResidual(x_, l == 0 ? nullptr : proj_, lw.attn_norm, eps,
+                              rows, hidden, hidden, xn_, compute_));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.wq, xn_, hidden, rows, q_, qd));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.wk, xn_, hidden, rows, k_, kvd));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.wv, xn_, hidden, rows, v_, kvd));
+    if (c.qk_norm) {
+      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::HeadRmsNorm(
+          q_, rows, qd, c.num_heads, hd, lw.q_norm, eps, compute_));
+      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::HeadRmsNorm(
+          k_, rows, kvd, c.num_kv_heads, hd, lw.k_norm, eps, compute_));
+    }
+    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::ApplyRope(
+        q_, rows, qd, c.num_heads, hd, half, cos_, sin_, rope, compute_));
+    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::ApplyRope(
+        k_, rows, kvd, c.num_kv_heads, hd, half, cos_, sin_, rope, compute_));
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::StoreKv(kv_, l, plan.attn, k_, kvd, v_, kvd, compute_));
+    PDSERVE_RETURN_IF_ERROR(Attention(plan, attn_kind, l));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.wo, attn_, qd, rows, proj_, hidden));
+    // x += attention output; xn = norm(x).
+    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::RmsNormResidual(
+        x_, proj_, lw.ffn_norm, eps, rows, hidden, hidden, xn_, compute_));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.w_gate, xn_, hidden, rows, gate_, inter));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.w_up, xn_, hidden, rows, up_, inter));
+    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::SwiGlu(gate_, inter, up_, inter, rows,
+                                              inter, gate_, inter, compute_));
+    PDSERVE_RETURN_IF_ERROR(
+        Linear(lw.w_down, gate_, inter, rows, proj_, hidden));
+  }
+  PDSERVE_CUDA_RETURN_IF_ERROR(
+      cuda::AddInPlace(x_, proj_, rows * hidden, compute_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaRunner::EnqueueHead(const StepPlan &plan, int64_t first,
+                                     int64_t n, int buf) {
+  if (n <= 0)
+    return absl::OkStatus();
+  const ModelConfig &c = config_;
+  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  PDSERVE_CUDA_RETURN_IF_ERROR(GatherRows(x_, hidden, plan.rows,
+                                          plan.logit_src + first, n, hidden,
+                                          head_x_, hidden, compute_));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cuda::RmsNormResidual(
+      head_x_, nullptr, model_->output_norm, c.rms_norm_eps, n, hidden, hidden,
+      head_xn_, compute_));
+  PDSERVE_RETURN_IF_ERROR(
+      Linear(model_->lm_head, head_xn_, hidden, n, logits_[buf], vocab));
+  if (plan.sample) {
+    // Sampling rows are one per sequence, in order: row `first + i` is
+    // sequence first + i.
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::SampleRows(logits_[buf], n, vocab, vocab, plan.params + first,
+                         sampled_ + first, logprobs_ + first, compute_));
+  }
+  return absl::OkStatus();
+}
+
+} // namespace pdserve::cuda_runner
