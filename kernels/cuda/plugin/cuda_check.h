@@ -14,8 +14,7 @@ namespace pdserve::cuda_runner {
 // cudaErrorMemoryAllocation) naming `what`, the CUDA error and the kernel
 // library's LastErrorDetail() when it has one.
 inline absl::Status CudaStatus(cudaError_t e, const char *what) {
-  if (e == cudaSuccess)
-    return absl::OkStatus();
+  if (e == cudaSuccess) return absl::OkStatus();
   const char *detail = cuda::LastErrorDetail();
   std::string msg = absl::StrCat(what, ": ", cudaGetErrorString(e), " (",
                                  cudaGetErrorName(e), ")");
@@ -28,21 +27,20 @@ inline absl::Status CudaStatus(cudaError_t e, const char *what) {
   return absl::InternalError(msg);
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
 
-#define PDSERVE_CUDA_RETURN_IF_ERROR(expr)                                     \
-  do {                                                                         \
-    const cudaError_t pdserve_cuda_err_ = (expr);                              \
-    if (pdserve_cuda_err_ != cudaSuccess) {                                    \
-      return ::pdserve::cuda_runner::CudaStatus(pdserve_cuda_err_, #expr);     \
-    }                                                                          \
+#define PDSERVE_CUDA_RETURN_IF_ERROR(expr)                                 \
+  do {                                                                     \
+    const cudaError_t pdserve_cuda_err_ = (expr);                          \
+    if (pdserve_cuda_err_ != cudaSuccess) {                                \
+      return ::pdserve::cuda_runner::CudaStatus(pdserve_cuda_err_, #expr); \
+    }                                                                      \
   } while (0)
 
-#define PDSERVE_RETURN_IF_ERROR(expr)                                          \
-  do {                                                                         \
-    const ::absl::Status pdserve_status_ = (expr);                             \
-    if (!pdserve_status_.ok())                                                 \
-      return pdserve_status_;                                                  \
+#define PDSERVE_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    const ::absl::Status pdserve_status_ = (expr);     \
+    if (!pdserve_status_.ok()) return pdserve_status_; \
   } while (0)
 
-#endif // PDSERVE_KERNELS_CUDA_PLUGIN_CUDA_CHECK_H_
+#endif  // PDSERVE_KERNELS_CUDA_PLUGIN_CUDA_CHECK_H_

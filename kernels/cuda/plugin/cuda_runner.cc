@@ -15,8 +15,7 @@ namespace {
 
 int64_t EnvInt(const char *name, int64_t fallback) {
   const char *v = std::getenv(name);
-  if (v == nullptr || *v == '\0')
-    return fallback;
+  if (v == nullptr || *v == '\0') return fallback;
   char *end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   return (end != nullptr && *end == '\0') ? n : fallback;
@@ -24,21 +23,17 @@ int64_t EnvInt(const char *name, int64_t fallback) {
 
 int64_t FloorPow2(int64_t n) {
   int64_t p = 1;
-  while (p * 2 <= n)
-    p *= 2;
+  while (p * 2 <= n) p *= 2;
   return p;
 }
 
 absl::Status CheckSupported(const ModelConfig &c) {
   const char *what = nullptr;
-  if (c.num_experts > 0)
-    what = "mixture-of-experts layers";
+  if (c.num_experts > 0) what = "mixture-of-experts layers";
   if (c.num_linear_layers() > 0)
     what = "Gated DeltaNet linear-attention layers";
-  if (c.attn_output_gate)
-    what = "gated attention output";
-  if (!c.mrope_sections.empty())
-    what = "mRoPE";
+  if (c.attn_output_gate) what = "gated attention output";
+  if (!c.mrope_sections.empty()) what = "mRoPE";
   if (what != nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend runs dense Llama / Qwen3 models only; model ", c.name,
@@ -58,7 +53,7 @@ absl::Status CheckSupported(const ModelConfig &c) {
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
 RunnerOptions RunnerOptions::FromEnvironment(int32_t device_index) {
   RunnerOptions o;
@@ -75,7 +70,7 @@ RunnerOptions RunnerOptions::FromEnvironment(int32_t device_index) {
 int32_t DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError(); // clear the sticky-free error state
+    cudaGetLastError();  // clear the sticky-free error state
     return 0;
   }
   return n;
@@ -124,21 +119,20 @@ KvGeometry MakeGeometry(const ModelConfig &c, int64_t page_size,
   return g;
 }
 
-absl::StatusOr<std::unique_ptr<ForwardBackend>>
-CreateCudaRunner(const ModelWeights &weights, const KvGeometry &geometry,
-                 int64_t max_batch_tokens, const RunnerOptions &options) {
+absl::StatusOr<std::unique_ptr<ForwardBackend>> CreateCudaRunner(
+    const ModelWeights &weights, const KvGeometry &geometry,
+    int64_t max_batch_tokens, const RunnerOptions &options) {
   auto r = CudaRunner::Create(weights, geometry, max_batch_tokens, options);
-  if (!r.ok())
-    return r.status();
+  if (!r.ok()) return r.status();
   return std::unique_ptr<ForwardBackend>(std::move(*r));
 }
 
 CudaRunner::CudaRunner(const ModelConfig &config, const RunnerOptions &options)
     : config_(config), options_(options) {}
 
-absl::StatusOr<std::unique_ptr<CudaRunner>>
-CudaRunner::Create(const ModelWeights &weights, const KvGeometry &geometry,
-                   int64_t max_batch_tokens, const RunnerOptions &options) {
+absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
+    const ModelWeights &weights, const KvGeometry &geometry,
+    int64_t max_batch_tokens, const RunnerOptions &options) {
   const ModelConfig &c = weights.config;
   PDSERVE_RETURN_IF_ERROR(CheckSupported(c));
   if (static_cast<int64_t>(weights.layers.size()) != c.num_layers) {
@@ -226,8 +220,7 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
                std::max(graph_max_, (int64_t{64} << 20) / (c.vocab_size * 4)));
 
   auto model = DeviceModel::Upload(weights, options_.f32_to_bf16);
-  if (!model.ok())
-    return model.status();
+  if (!model.ok()) return model.status();
   model_ = std::move(*model);
   for (const DeviceLayer &l : model_->layers) {
     for (const cuda::DeviceMatrix *m :
@@ -357,28 +350,20 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
 
 CudaRunner::~CudaRunner() {
   cudaSetDevice(options_.device_index);
-  if (compute_ != nullptr)
-    cudaStreamSynchronize(compute_);
-  if (copy_ != nullptr)
-    cudaStreamSynchronize(copy_);
-  for (auto &[key, exec] : graphs_)
-    cudaGraphExecDestroy(exec);
-  for (void *p : device_allocs_)
-    cudaFree(p);
-  for (void *p : pinned_allocs_)
-    cudaFreeHost(p);
+  if (compute_ != nullptr) cudaStreamSynchronize(compute_);
+  if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  for (auto &[key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (void *p : device_allocs_) cudaFree(p);
+  for (void *p : pinned_allocs_) cudaFreeHost(p);
   for (int i = 0; i < 2; ++i) {
     for (cudaEvent_t ev : {input_copied_[i], step_done_[i], logits_ready_[i],
                            logits_copied_[i]}) {
-      if (ev != nullptr)
-        cudaEventDestroy(ev);
+      if (ev != nullptr) cudaEventDestroy(ev);
     }
   }
   model_.reset();
-  if (compute_ != nullptr)
-    cudaStreamDestroy(compute_);
-  if (copy_ != nullptr)
-    cudaStreamDestroy(copy_);
+  if (compute_ != nullptr) cudaStreamDestroy(compute_);
+  if (copy_ != nullptr) cudaStreamDestroy(copy_);
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner

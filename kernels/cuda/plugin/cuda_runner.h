@@ -66,15 +66,15 @@ int32_t DeviceCount();
 //   INVALID_ARGUMENT: geometry does not match the model, bad shapes.
 //   RESOURCE_EXHAUSTED: device memory (the message names the bytes).
 //   FAILED_PRECONDITION: no device / driver.
-absl::StatusOr<std::unique_ptr<ForwardBackend>>
-CreateCudaRunner(const ModelWeights &weights, const KvGeometry &geometry,
-                 int64_t max_batch_tokens, const RunnerOptions &options);
+absl::StatusOr<std::unique_ptr<ForwardBackend>> CreateCudaRunner(
+    const ModelWeights &weights, const KvGeometry &geometry,
+    int64_t max_batch_tokens, const RunnerOptions &options);
 
 // A KvGeometry for tests and benches: `num_pages` pages of `page_size`
 // tokens for the model's attention layers.
 KvGeometry MakeGeometry(const ModelConfig &config, int64_t page_size,
                         int64_t num_pages, int64_t max_sequences);
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
 
-#endif // PDSERVE_KERNELS_CUDA_PLUGIN_CUDA_RUNNER_H_
+#endif  // PDSERVE_KERNELS_CUDA_PLUGIN_CUDA_RUNNER_H_

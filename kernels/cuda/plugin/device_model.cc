@@ -23,8 +23,7 @@ bool IsQuantized(DType t) {
 uint16_t ToBf16(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
-  if ((b & 0x7fffffffu) > 0x7f800000u)
-    return 0x7fc0;
+  if ((b & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
   b += 0x7fffu + ((b >> 16) & 1u);
   return static_cast<uint16_t>(b >> 16);
 }
@@ -62,8 +61,7 @@ absl::Status CopyMatrix(const Item &it, uint8_t *base) {
     for (int64_t r = 0; r < n; ++r) {
       const auto *src = reinterpret_cast<const float *>(w.row(r0 + r));
       uint16_t *d = host.data() + r * it.dev_row_bytes / 2;
-      for (int64_t c = 0; c < w.cols; ++c)
-        d[c] = ToBf16(src[c]);
+      for (int64_t c = 0; c < w.cols; ++c) d[c] = ToBf16(src[c]);
     }
     PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + r0 * it.dev_row_bytes,
                                             host.data(), n * it.dev_row_bytes,
@@ -72,14 +70,14 @@ absl::Status CopyMatrix(const Item &it, uint8_t *base) {
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
 int64_t DeviceRowBytes(DType type, int64_t cols, int64_t host_row_bytes) {
   return IsQuantized(type) ? AlignUp(host_row_bytes, 16) : host_row_bytes;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceModel>>
-DeviceModel::Upload(const ModelWeights &w, bool f32_to_bf16) {
+absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
+    const ModelWeights &w, bool f32_to_bf16) {
   const ModelConfig &c = w.config;
   std::unique_ptr<DeviceModel> m(new DeviceModel());
   m->layers.resize(w.layers.size());
@@ -97,8 +95,7 @@ DeviceModel::Upload(const ModelWeights &w, bool f32_to_bf16) {
     items.push_back(it);
   };
   auto add_vec = [&](const float *v, int64_t n, const float **out) {
-    if (v == nullptr)
-      return;
+    if (v == nullptr) return;
     Item it;
     it.vec = v;
     it.vec_len = n;
@@ -108,8 +105,7 @@ DeviceModel::Upload(const ModelWeights &w, bool f32_to_bf16) {
   };
   add_matrix(w.token_embedding, &m->embedding);
   const bool tied = w.lm_head.data == w.token_embedding.data;
-  if (!tied)
-    add_matrix(w.lm_head, &m->lm_head);
+  if (!tied) add_matrix(w.lm_head, &m->lm_head);
   add_vec(w.output_norm, c.hidden_size, &m->output_norm);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights &lw = w.layers[l];
@@ -163,8 +159,7 @@ DeviceModel::Upload(const ModelWeights &w, bool f32_to_bf16) {
     it.out->row_bytes = it.dev_row_bytes;
     it.out->data = base + it.offset;
   }
-  if (tied)
-    m->lm_head = m->embedding;
+  if (tied) m->lm_head = m->embedding;
 
   // Work accounting (as ForwardPass, with the uploaded types' bytes).
   auto payload = [](const cuda::DeviceMatrix &d, const WeightView &h) {
@@ -198,8 +193,7 @@ DeviceModel::Upload(const ModelWeights &w, bool f32_to_bf16) {
 }
 
 DeviceModel::~DeviceModel() {
-  if (arena_ != nullptr)
-    cudaFree(arena_);
+  if (arena_ != nullptr) cudaFree(arena_);
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner

@@ -18,7 +18,7 @@ struct DeviceLayer {
   cuda::DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   const float *attn_norm = nullptr;
   const float *ffn_norm = nullptr;
-  const float *q_norm = nullptr; // Qwen3 only, [head_dim]
+  const float *q_norm = nullptr;  // Qwen3 only, [head_dim]
   const float *k_norm = nullptr;
 };
 
@@ -28,11 +28,11 @@ struct DeviceLayer {
 // LM head shares the embedding's memory. Not copyable; frees on destruction
 // (the device must still be current). Thread-compatible.
 class DeviceModel {
-public:
+ public:
   // Copies every matrix and norm vector of `w` to device `device` (current).
   // RESOURCE_EXHAUSTED names the bytes; UNIMPLEMENTED for MoE / hybrid.
-  static absl::StatusOr<std::unique_ptr<DeviceModel>>
-  Upload(const ModelWeights &w, bool f32_to_bf16);
+  static absl::StatusOr<std::unique_ptr<DeviceModel>> Upload(
+      const ModelWeights &w, bool f32_to_bf16);
   ~DeviceModel();
   DeviceModel(const DeviceModel &) = delete;
   DeviceModel &operator=(const DeviceModel &) = delete;
@@ -40,14 +40,14 @@ public:
   cuda::DeviceMatrix embedding, lm_head;
   std::vector<DeviceLayer> layers;
   const float *output_norm = nullptr;
-  int64_t device_bytes = 0;     // the allocation
-  int64_t layer_bytes = 0;      // per step: all layers + output norm
-  int64_t layer_macs = 0;       // multiply-adds per token in all layers
-  int64_t lm_head_bytes = 0;    // rows * row_bytes as uploaded
-  int64_t max_matrix_elems = 0; // largest rows * cols (dequant scratch)
-  int64_t max_in_features = 0;  // largest cols (GEMM activation scratch)
+  int64_t device_bytes = 0;      // the allocation
+  int64_t layer_bytes = 0;       // per step: all layers + output norm
+  int64_t layer_macs = 0;        // multiply-adds per token in all layers
+  int64_t lm_head_bytes = 0;     // rows * row_bytes as uploaded
+  int64_t max_matrix_elems = 0;  // largest rows * cols (dequant scratch)
+  int64_t max_in_features = 0;   // largest cols (GEMM activation scratch)
 
-private:
+ private:
   DeviceModel() = default;
   void *arena_ = nullptr;
 };
@@ -56,6 +56,6 @@ private:
 // padded to 16 bytes).
 int64_t DeviceRowBytes(DType type, int64_t cols, int64_t host_row_bytes);
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
 
-#endif // PDSERVE_KERNELS_CUDA_PLUGIN_DEVICE_MODEL_H_
+#endif  // PDSERVE_KERNELS_CUDA_PLUGIN_DEVICE_MODEL_H_

@@ -19,8 +19,7 @@ using pdserve::cuda_runner::QueryDevice;
 using pdserve::cuda_runner::RunnerOptions;
 
 void WriteError(const std::string &msg, char *error, size_t error_size) {
-  if (error == nullptr || error_size == 0)
-    return;
+  if (error == nullptr || error_size == 0) return;
   const size_t n = std::min(msg.size(), error_size - 1);
   std::memcpy(error, msg.data(), n);
   error[n] = '\0';
@@ -39,8 +38,7 @@ int32_t QueryDeviceImpl(int32_t device_index, PdserveDeviceInfo *info,
                   error, error_size);
     }
     auto d = QueryDevice(device_index);
-    if (!d.ok())
-      return Fail(d.status(), error, error_size);
+    if (!d.ok()) return Fail(d.status(), error, error_size);
     info->free_bytes = d->free_bytes;
     info->total_bytes = d->total_bytes;
     info->compute_major = d->major;
@@ -81,8 +79,7 @@ int32_t CreateBackendImpl(const PdserveBackendArgs *args,
         RunnerOptions::FromEnvironment(args->device_index);
     auto r = CreateCudaRunner(*args->weights, *args->geometry,
                               args->max_batch_tokens, options);
-    if (!r.ok())
-      return Fail(r.status(), error, error_size);
+    if (!r.ok()) return Fail(r.status(), error, error_size);
     *backend = r->release();
     return 0;
   } catch (const std::exception &e) {
@@ -101,10 +98,10 @@ std::string BuildInfo() {
                       ", built for sm_90, cuBLAS");
 }
 
-} // namespace
+}  // namespace
 
-extern "C" PDSERVE_PLUGIN_EXPORT const PdservePluginV1 *
-pdserve_backend_plugin(void) {
+extern "C" PDSERVE_PLUGIN_EXPORT const PdservePluginV1 *pdserve_backend_plugin(
+    void) {
   static const std::string build_info = BuildInfo();
   static const PdservePluginV1 table = {
       PDSERVE_PLUGIN_ABI_VERSION,

@@ -1,6 +1,6 @@
-#include "kernels/cuda/plugin/plugin_kernels.h"
-
 #include <math.h>
+
+#include "kernels/cuda/plugin/plugin_kernels.h"
 
 namespace pdserve::cuda_runner {
 namespace {
@@ -23,9 +23,9 @@ __global__ void GatherRowsKernel(const float *__restrict__ src,
 
 struct AttnParams {
   const float *kv;
-  int64_t layer_offset; // floats from a page's start to this layer's keys
+  int64_t layer_offset;  // floats from a page's start to this layer's keys
   int64_t page_stride;
-  int64_t value_offset; // page_size * kv_dim
+  int64_t value_offset;  // page_size * kv_dim
   int64_t kv_dim;
   int32_t page_size;
   int32_t num_pages;
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
   const int r = blockIdx.x;
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x;
-  if (tid == 0) { // the sequence owning row r: last s with q_start[s] <= r
+  if (tid == 0) {  // the sequence owning row r: last s with q_start[s] <= r
     int lo = 0, hi = p.num_seqs - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
@@ -118,15 +118,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < g * nk; i += kThreads) {
       const int h = i / nk, j = i % nk;
       float dot = 0.0f;
-      for (int d = 0; d < hd; ++d)
-        dot += qs[h * hd + d] * ks[j * hd + d];
+      for (int d = 0; d < hd; ++d) dot += qs[h * hd + d] * ks[j * hd + d];
       sc[h * kTileKeys + j] = koff[j] >= 0 ? dot * p.scale : -INFINITY;
     }
     __syncthreads();
     for (int h = tid; h < g; h += kThreads) {
       float mx = -INFINITY;
-      for (int j = 0; j < nk; ++j)
-        mx = fmaxf(mx, sc[h * kTileKeys + j]);
+      for (int j = 0; j < nk; ++j) mx = fmaxf(mx, sc[h * kTileKeys + j]);
       const float m_old = mrow[h];
       const float m_new = fmaxf(m_old, mx);
       float a = 1.0f, sum = 0.0f;
@@ -139,8 +137,7 @@ __global__ void __launch_bounds__(kThreads)
           sum += e;
         }
       } else {
-        for (int j = 0; j < nk; ++j)
-          sc[h * kTileKeys + j] = 0.0f;
+        for (int j = 0; j < nk; ++j) sc[h * kTileKeys + j] = 0.0f;
       }
       lrow[h] = lrow[h] * a + sum;
       mrow[h] = m_new;
@@ -150,8 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < g * hd; i += kThreads) {
       const int h = i / hd, d = i % hd;
       float v = acc[i] * alpha[h];
-      for (int j = 0; j < nk; ++j)
-        v += sc[h * kTileKeys + j] * vs[j * hd + d];
+      for (int j = 0; j < nk; ++j) v += sc[h * kTileKeys + j] * vs[j * hd + d];
       acc[i] = v;
     }
     __syncthreads();
@@ -163,13 +159,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-} // namespace
+}  // namespace
 
 cudaError_t GatherRows(const float *src, int64_t src_stride, int64_t src_rows,
                        const int32_t *index, int64_t rows, int64_t cols,
                        float *dst, int64_t dst_stride, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0)
-    return cudaSuccess;
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (src == nullptr || dst == nullptr || index == nullptr ||
       rows > 0x7fffffff) {
     return cudaErrorInvalidValue;
@@ -202,8 +197,7 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
                               const cuda::AttentionShape &shape, const float *q,
                               int64_t q_stride, float *out, int64_t out_stride,
                               cudaStream_t stream) {
-  if (batch.total_rows <= 0 || batch.num_seqs <= 0)
-    return cudaSuccess;
+  if (batch.total_rows <= 0 || batch.num_seqs <= 0) return cudaSuccess;
   if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
       shape.head_dim < 1 || shape.head_dim > 512 ||
       kv.kv_dim != static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim ||
@@ -239,4 +233,4 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
   return cudaGetLastError();
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner

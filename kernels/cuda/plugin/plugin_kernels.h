@@ -36,6 +36,6 @@ int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape &shape);
 // outside graph capture before launches that need more than 48 KiB).
 cudaError_t PrepareFallbackAttention(int64_t bytes);
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
 
-#endif // PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_
+#endif  // PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_

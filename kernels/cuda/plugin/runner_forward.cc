@@ -16,7 +16,7 @@ bool IsQuantized(cuda::WType t) {
          t == cuda::WType::kQ4_1;
 }
 
-} // namespace
+}  // namespace
 
 absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
                                 int64_t x_stride, int64_t n, float *y,
@@ -60,14 +60,12 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
 
 CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
   const int32_t hd = shape_.head_dim;
-  if (hd != 64 && hd != 128 && hd != 256)
-    return AttnKind::kFallback;
+  if (hd != 64 && hd != 128 && hd != 256) return AttnKind::kFallback;
   if (plan.decode && decode_ws_ != nullptr) {
     const int64_t need = cuda::DecodeAttentionWorkspaceBytes(
         shape_, static_cast<int32_t>(plan.seqs),
         static_cast<int32_t>(plan.kv_bound));
-    if (need > 0 && need <= decode_ws_bytes_)
-      return AttnKind::kDecode;
+    if (need > 0 && need <= decode_ws_bytes_) return AttnKind::kDecode;
   }
   return AttnKind::kPrefill;
 }
@@ -76,19 +74,19 @@ absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
                                    int64_t layer) {
   const int64_t qd = config_.q_dim();
   switch (kind) {
-  case AttnKind::kDecode:
-    PDSERVE_CUDA_RETURN_IF_ERROR(
-        cuda::DecodeAttention(kv_, layer, plan.attn, shape_, q_, qd, attn_, qd,
-                              decode_ws_, decode_ws_bytes_, compute_));
-    break;
-  case AttnKind::kPrefill:
-    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrefillAttention(
-        kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
-    break;
-  case AttnKind::kFallback:
-    PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(
-        kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
-    break;
+    case AttnKind::kDecode:
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cuda::DecodeAttention(kv_, layer, plan.attn, shape_, q_, qd, attn_,
+                                qd, decode_ws_, decode_ws_bytes_, compute_));
+      break;
+    case AttnKind::kPrefill:
+      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrefillAttention(
+          kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+      break;
+    case AttnKind::kFallback:
+      PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(
+          kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+      break;
   }
   return absl::OkStatus();
 }
@@ -148,8 +146,7 @@ absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
 
 absl::Status CudaRunner::EnqueueHead(const StepPlan &plan, int64_t first,
                                      int64_t n, int buf) {
-  if (n <= 0)
-    return absl::OkStatus();
+  if (n <= 0) return absl::OkStatus();
   const ModelConfig &c = config_;
   const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
   PDSERVE_CUDA_RETURN_IF_ERROR(GatherRows(x_, hidden, plan.rows,
@@ -170,4 +167,4 @@ absl::Status CudaRunner::EnqueueHead(const StepPlan &plan, int64_t first,
   return absl::OkStatus();
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner

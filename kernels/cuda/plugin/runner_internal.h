@@ -24,31 +24,31 @@ namespace pdserve::cuda_runner {
 // buffer, for `rows` token rows and `seqs` sequences. The page table is last
 // so its length does not move anything else.
 struct StepLayout {
-  int64_t tokens = 0;     // int32 [rows]
-  int64_t positions = 0;  // int32 [rows]: RoPE position (pos + rope_delta)
-  int64_t logit_src = 0;  // int32 [rows]: x row of each logits row
-  int64_t q_start = 0;    // int32 [seqs + 1]
-  int64_t start_pos = 0;  // int32 [seqs]
-  int64_t page_start = 0; // int32 [seqs + 1]
-  int64_t params = 0;     // cuda::SampleParams [seqs]
-  int64_t page_table = 0; // int32 [pages]
+  int64_t tokens = 0;      // int32 [rows]
+  int64_t positions = 0;   // int32 [rows]: RoPE position (pos + rope_delta)
+  int64_t logit_src = 0;   // int32 [rows]: x row of each logits row
+  int64_t q_start = 0;     // int32 [seqs + 1]
+  int64_t start_pos = 0;   // int32 [seqs]
+  int64_t page_start = 0;  // int32 [seqs + 1]
+  int64_t params = 0;      // cuda::SampleParams [seqs]
+  int64_t page_table = 0;  // int32 [pages]
   static StepLayout For(int64_t rows, int64_t seqs);
 };
 
 // Everything one step's kernels need, host side; pointers are device
 // pointers into the input buffer in use.
 struct StepPlan {
-  int64_t rows = 0;       // token rows computed (padded for graphs)
-  int64_t seqs = 0;       // sequences (padded for graphs)
-  int64_t real_seqs = 0;  // sequences of the batch
-  int64_t logit_rows = 0; // rows of logits computed
-  bool decode = false;    // every sequence has one new token
-  bool sample = false;    // RunAndSample
-  bool graph = false;     // replay / capture a CUDA graph
-  int parity = 0;         // which input buffer
-  int64_t kv_bound = 0;   // upper bound of positions + 1 (grid sizes)
+  int64_t rows = 0;        // token rows computed (padded for graphs)
+  int64_t seqs = 0;        // sequences (padded for graphs)
+  int64_t real_seqs = 0;   // sequences of the batch
+  int64_t logit_rows = 0;  // rows of logits computed
+  bool decode = false;     // every sequence has one new token
+  bool sample = false;     // RunAndSample
+  bool graph = false;      // replay / capture a CUDA graph
+  int parity = 0;          // which input buffer
+  int64_t kv_bound = 0;    // upper bound of positions + 1 (grid sizes)
   int64_t max_q_len = 0;
-  int64_t pages = 0; // page-table entries used
+  int64_t pages = 0;  // page-table entries used
   const int32_t *tokens = nullptr;
   const int32_t *positions = nullptr;
   const int32_t *logit_src = nullptr;
@@ -57,10 +57,10 @@ struct StepPlan {
 };
 
 class CudaRunner final : public ForwardBackend {
-public:
-  static absl::StatusOr<std::unique_ptr<CudaRunner>>
-  Create(const ModelWeights &weights, const KvGeometry &geometry,
-         int64_t max_batch_tokens, const RunnerOptions &options);
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(
+      const ModelWeights &weights, const KvGeometry &geometry,
+      int64_t max_batch_tokens, const RunnerOptions &options);
   ~CudaRunner() override;
 
   std::string Describe() const override { return description_; }
@@ -74,10 +74,10 @@ public:
                             absl::Span<SampledToken> tokens,
                             ForwardStats *stats) override;
 
-private:
+ private:
   enum class AttnKind { kDecode, kPrefill, kFallback };
   using GraphKey =
-      std::tuple<int64_t, int64_t, int, bool>; // B, kv, parity, sample
+      std::tuple<int64_t, int64_t, int, bool>;  // B, kv, parity, sample
 
   CudaRunner(const ModelConfig &config, const RunnerOptions &options);
   absl::Status Init(const ModelWeights &weights, const KvGeometry &geometry,
@@ -115,13 +115,13 @@ private:
   std::string description_;
   int64_t max_tokens_ = 0;
   int64_t max_positions_ = 0;
-  int64_t num_pages_ = 0; // the KvPool's pages; page num_pages_ is scratch
+  int64_t num_pages_ = 0;  // the KvPool's pages; page num_pages_ is scratch
   int64_t page_size_ = 0;
-  int64_t pt_capacity_ = 0; // page-table entries one step may carry
-  int64_t graph_max_ = 0;   // largest decode bucket captured
-  int64_t lm_chunk_ = 0;    // logits rows per LM-head chunk
-  int64_t input_bytes_ = 0; // capacity of one input buffer
-  bool quantized_ = false;  // some matrix is Q8_0/Q4_0/Q4_1
+  int64_t pt_capacity_ = 0;  // page-table entries one step may carry
+  int64_t graph_max_ = 0;    // largest decode bucket captured
+  int64_t lm_chunk_ = 0;     // logits rows per LM-head chunk
+  int64_t input_bytes_ = 0;  // capacity of one input buffer
+  bool quantized_ = false;   // some matrix is Q8_0/Q4_0/Q4_1
 
   std::unique_ptr<DeviceModel> model_;
   cuda::DeviceKvCache kv_;
@@ -140,18 +140,18 @@ private:
   float *host_logits_[2] = {nullptr, nullptr};
   cudaEvent_t logits_ready_[2] = {nullptr, nullptr};
   cudaEvent_t logits_copied_[2] = {nullptr, nullptr};
-  int32_t *sampled_ = nullptr; // [max_tokens]
-  float *logprobs_ = nullptr;  // [max_tokens]
+  int32_t *sampled_ = nullptr;  // [max_tokens]
+  float *logprobs_ = nullptr;   // [max_tokens]
   int32_t *host_sampled_ = nullptr;
   float *host_logprobs_ = nullptr;
   // Activations [max_tokens][width].
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr,
         *v_ = nullptr, *attn_ = nullptr, *gate_ = nullptr, *up_ = nullptr,
         *proj_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
-  float *head_x_ = nullptr, *head_xn_ = nullptr; // [lm_chunk][hidden]
+  float *head_x_ = nullptr, *head_xn_ = nullptr;  // [lm_chunk][hidden]
   void *gemm_scratch_ = nullptr;
   int64_t gemm_scratch_bytes_ = 0;
-  void *dequant_ = nullptr; // bf16 copy of one quantized matrix (GEMM)
+  void *dequant_ = nullptr;  // bf16 copy of one quantized matrix (GEMM)
   void *decode_ws_ = nullptr;
   int64_t decode_ws_bytes_ = 0;
   std::vector<void *> device_allocs_;
@@ -160,6 +160,6 @@ private:
   std::map<GraphKey, bool> graph_failed_;
 };
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
 
-#endif // PDSERVE_KERNELS_CUDA_PLUGIN_RUNNER_INTERNAL_H_
+#endif  // PDSERVE_KERNELS_CUDA_PLUGIN_RUNNER_INTERNAL_H_

@@ -13,16 +13,16 @@ int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 int64_t CeilPow2(int64_t n) {
   int64_t p = 1;
-  while (p < n)
-    p *= 2;
+  while (p < n) p *= 2;
   return p;
 }
 
-template <typename T> T *At(void *base, int64_t offset) {
+template <typename T>
+T *At(void *base, int64_t offset) {
   return reinterpret_cast<T *>(static_cast<uint8_t *>(base) + offset);
 }
 
-} // namespace
+}  // namespace
 
 StepLayout StepLayout::For(int64_t rows, int64_t seqs) {
   StepLayout l;
@@ -144,7 +144,7 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
     q_start[i] = static_cast<int32_t>(row);
     page_start[i] = static_cast<int32_t>(pages);
     cuda::SampleParams p;
-    if (i >= plan.real_seqs) { // graph padding: one token on the scratch page
+    if (i >= plan.real_seqs) {  // graph padding: one token on the scratch page
       tokens[row] = 0;
       positions[row] = 0;
       start_pos[i] = 0;
@@ -167,8 +167,7 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
     }
     const int64_t n_pages =
         (s.start_pos + s.size() + page_size_ - 1) / page_size_;
-    for (int64_t e = 0; e < n_pages; ++e)
-      pt[pages++] = s.page_table[e];
+    for (int64_t e = 0; e < n_pages; ++e) pt[pages++] = s.page_table[e];
     if (sample) {
       const DeviceSamplingParams &d = params[i];
       p.temperature = d.temperature;
@@ -226,25 +225,22 @@ absl::Status CudaRunner::RunGraph(const StepPlan &plan) {
   // capture the same work for the next steps of this shape.
   PDSERVE_RETURN_IF_ERROR(EnqueueLayers(plan));
   PDSERVE_RETURN_IF_ERROR(EnqueueHead(plan, 0, plan.logit_rows, 0));
-  if (graph_failed_.count(key) != 0)
-    return absl::OkStatus();
+  if (graph_failed_.count(key) != 0) return absl::OkStatus();
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   PDSERVE_CUDA_RETURN_IF_ERROR(
       cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal));
   absl::Status s = EnqueueLayers(plan);
-  if (s.ok())
-    s = EnqueueHead(plan, 0, plan.logit_rows, 0);
+  if (s.ok()) s = EnqueueHead(plan, 0, plan.logit_rows, 0);
   const cudaError_t end = cudaStreamEndCapture(compute_, &graph);
   if (s.ok() && end == cudaSuccess) {
     s = CudaStatus(cudaGraphInstantiate(&exec, graph, 0),
                    "cudaGraphInstantiate");
   }
-  if (graph != nullptr)
-    cudaGraphDestroy(graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
   if (!s.ok() || end != cudaSuccess || exec == nullptr) {
-    cudaGetLastError(); // capture failed: stay eager for this shape
+    cudaGetLastError();  // capture failed: stay eager for this shape
     graph_failed_[key] = true;
     return absl::OkStatus();
   }
@@ -314,16 +310,15 @@ absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
       const int b = static_cast<int>(c % 2);
       const int64_t first = c * lm_chunk_;
       const int64_t n = std::min(lm_chunk_, plan.logit_rows - first);
-      if (c >= 2) { // logits_[b] is free once chunk c-2 left the device
+      if (c >= 2) {  // logits_[b] is free once chunk c-2 left the device
         PDSERVE_CUDA_RETURN_IF_ERROR(
             cudaStreamWaitEvent(compute_, logits_copied_[b], 0));
       }
       PDSERVE_RETURN_IF_ERROR(EnqueueHead(plan, first, n, b));
-      if (sample)
-        continue; // tokens land in sampled_ directly
+      if (sample) continue;  // tokens land in sampled_ directly
       PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(logits_ready_[b], compute_));
       if (c >= 1)
-        PDSERVE_RETURN_IF_ERROR(drain(c - 1)); // frees host_logits_[b^1]
+        PDSERVE_RETURN_IF_ERROR(drain(c - 1));  // frees host_logits_[b^1]
       PDSERVE_CUDA_RETURN_IF_ERROR(
           cudaStreamWaitEvent(copy_, logits_ready_[b], 0));
       PDSERVE_CUDA_RETURN_IF_ERROR(
@@ -336,8 +331,7 @@ absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
     if (sample) {
       PDSERVE_RETURN_IF_ERROR(CopySamplesOut(plan, tokens));
     } else {
-      if (chunks >= 1)
-        PDSERVE_RETURN_IF_ERROR(drain(chunks - 1));
+      if (chunks >= 1) PDSERVE_RETURN_IF_ERROR(drain(chunks - 1));
       PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
     }
   }
@@ -350,31 +344,28 @@ absl::Status CudaRunner::Run(absl::Span<const SequenceSpan> batch,
                              absl::Span<float> logits, ForwardStats *stats) {
   PDSERVE_RETURN_IF_ERROR(Validate(batch));
   int64_t rows = 0;
-  for (const SequenceSpan &s : batch)
-    rows += s.logit_rows();
+  for (const SequenceSpan &s : batch) rows += s.logit_rows();
   const int64_t need = rows * config_.vocab_size;
   if (static_cast<int64_t>(logits.size()) < need) {
     return absl::InvalidArgumentError(
         absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
                      need, " (", rows, " rows of ", config_.vocab_size, ")"));
   }
-  if (batch.empty())
-    return absl::OkStatus();
+  if (batch.empty()) return absl::OkStatus();
   return Step(batch, {}, /*sample=*/false, logits.data(), nullptr, stats);
 }
 
-absl::Status
-CudaRunner::RunAndSample(absl::Span<const SequenceSpan> batch,
-                         absl::Span<const DeviceSamplingParams> params,
-                         absl::Span<SampledToken> tokens, ForwardStats *stats) {
+absl::Status CudaRunner::RunAndSample(
+    absl::Span<const SequenceSpan> batch,
+    absl::Span<const DeviceSamplingParams> params,
+    absl::Span<SampledToken> tokens, ForwardStats *stats) {
   PDSERVE_RETURN_IF_ERROR(Validate(batch));
   if (params.size() != batch.size() || tokens.size() < batch.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "RunAndSample: ", batch.size(), " spans, ", params.size(),
         " sampling parameters, room for ", tokens.size(), " tokens"));
   }
-  if (batch.empty())
-    return absl::OkStatus();
+  if (batch.empty()) return absl::OkStatus();
   return Step(batch, params, /*sample=*/true, nullptr, tokens.data(), stats);
 }
 
@@ -382,8 +373,7 @@ void CudaRunner::Account(absl::Span<const SequenceSpan> batch,
                          int64_t logit_rows, ForwardStats *stats) const {
   const ModelConfig &c = config_;
   int64_t rows = 0;
-  for (const SequenceSpan &s : batch)
-    rows += s.size();
+  for (const SequenceSpan &s : batch) rows += s.size();
   ForwardStats s;
   s.steps = 1;
   s.tokens = rows;
@@ -413,4 +403,4 @@ void CudaRunner::Account(absl::Span<const SequenceSpan> batch,
   stats->flops += s.flops;
 }
 
-} // namespace pdserve::cuda_runner
+}  // namespace pdserve::cuda_runner
