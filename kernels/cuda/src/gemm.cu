@@ -1,0 +1,231 @@
+// cuBLAS GEMM wrapper (prefill / batched decode), activation conversion to
+// f16/bf16 and weight dequantization to f16/bf16.
+#include <cublas_v2.h>
+
+#include "kernels/cuda/src/common.cuh"
+
+namespace pdserve {
+namespace cuda {
+namespace {
+
+using internal::CheckLaunch;
+using internal::Fail;
+
+__device__ __forceinline__ uint16_t ToHalfBits(float v, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+              : __half_as_ushort(__float2half_rn(v));
+}
+
+__global__ void ConvertKernel(const float* src, int64_t ss, int64_t rows,
+                              int64_t cols, bool bf16, uint16_t* dst,
+                              int64_t ds) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
+                   threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * ds + c] = ToHalfBits(src[r * ss + c], bf16);
+  }
+}
+
+__global__ void DequantKernel(WType type, const uint8_t* w, int64_t rows,
+                              int64_t cols, int64_t row_bytes, bool bf16,
+                              uint16_t* dst) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
+                   threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[i] = ToHalfBits(internal::LoadElement(type, w + r * row_bytes, c),
+                        bf16);
+  }
+}
+
+unsigned Blocks(int64_t n) {
+  const int64_t b = internal::CeilDiv(n, 256);
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+
+const char* BlasName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_(other)";
+  }
+}
+
+bool IsHalf(WType t) { return t == WType::kBF16 || t == WType::kF16; }
+
+}  // namespace
+
+cudaError_t ConvertF32ToHalf(const float* src, int64_t src_stride,
+                             int64_t rows, int64_t cols, HalfType type,
+                             void* dst, int64_t dst_stride,
+                             cudaStream_t stream) {
+  if (src == nullptr || dst == nullptr || rows < 0 || cols < 0 ||
+      src_stride < cols || dst_stride < cols ||
+      (type != HalfType::kBF16 && type != HalfType::kF16) ||
+      !internal::Aligned(dst, 2)) {
+    return Fail("ConvertF32ToHalf: %lld x %lld, strides %lld/%lld, type %d",
+                static_cast<long long>(rows), static_cast<long long>(cols),
+                static_cast<long long>(src_stride),
+                static_cast<long long>(dst_stride), static_cast<int>(type));
+  }
+  if (rows * cols == 0) return cudaSuccess;
+  ConvertKernel<<<Blocks(rows * cols), 256, 0, stream>>>(
+      src, src_stride, rows, cols, type == HalfType::kBF16,
+      static_cast<uint16_t*>(dst), dst_stride);
+  return CheckLaunch("ConvertF32ToHalf");
+}
+
+cudaError_t DequantizeToHalf(const DeviceMatrix& w, HalfType type, void* dst,
+                             cudaStream_t stream) {
+  if (cudaError_t e = internal::CheckMatrix(w, "DequantizeToHalf");
+      e != cudaSuccess) {
+    return e;
+  }
+  if (dst == nullptr || !internal::Aligned(dst, 2) ||
+      (type != HalfType::kBF16 && type != HalfType::kF16)) {
+    return Fail("DequantizeToHalf: null/misaligned dst or type %d",
+                static_cast<int>(type));
+  }
+  DequantKernel<<<Blocks(w.rows * w.cols), 256, 0, stream>>>(
+      w.type, static_cast<const uint8_t*>(w.data), w.rows, w.cols,
+      w.row_bytes, type == HalfType::kBF16, static_cast<uint16_t*>(dst));
+  return CheckLaunch("DequantizeToHalf");
+}
+
+CublasGemm::~CublasGemm() {
+  if (handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+cudaError_t CublasGemm::Init() {
+  if (handle_ != nullptr) return cudaSuccess;
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t s = cublasCreate(&h);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    return internal::FailWith(cudaErrorInitializationError,
+                              "CublasGemm::Init: cublasCreate: %s",
+                              BlasName(s));
+  }
+  // The exact path for f32 weights: never TF32.
+  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  handle_ = h;
+  return cudaSuccess;
+}
+
+int64_t CublasGemm::ScratchBytes(WType type, int64_t cols, int64_t n_tokens) {
+  if (!IsHalf(type)) return 0;
+  return (cols * n_tokens * 2 + 15) / 16 * 16;
+}
+
+cudaError_t CublasGemm::Run(const DeviceMatrix& w, const float* x,
+                            int64_t x_stride, int64_t n_tokens, float* y,
+                            int64_t y_stride, void* scratch,
+                            int64_t scratch_bytes, cudaStream_t stream) {
+  if (cudaError_t e = internal::CheckMatrix(w, "CublasGemm::Run");
+      e != cudaSuccess) {
+    return e;
+  }
+  if (handle_ == nullptr) return Fail("CublasGemm::Run: Init not called");
+  if (w.type != WType::kF32 && !IsHalf(w.type)) {
+    return Fail("CublasGemm::Run: %s weights (DequantizeToHalf first)",
+                internal::TypeName(w.type));
+  }
+  if (x == nullptr || y == nullptr || n_tokens < 1 || x_stride < w.cols ||
+      y_stride < w.rows || w.rows > 0x7fffffff || w.cols > 0x7fffffff ||
+      n_tokens > 0x7fffffff) {
+    return Fail("CublasGemm::Run: %lld tokens, x_stride %lld (cols %lld), "
+                "y_stride %lld (rows %lld)",
+                static_cast<long long>(n_tokens),
+                static_cast<long long>(x_stride),
+                static_cast<long long>(w.cols),
+                static_cast<long long>(y_stride),
+                static_cast<long long>(w.rows));
+  }
+  if (IsHalf(w.type)) {
+    const int64_t need = ScratchBytes(w.type, w.cols, n_tokens);
+    if (scratch == nullptr || scratch_bytes < need ||
+        !internal::Aligned(scratch, 16)) {
+      return Fail("CublasGemm::Run: scratch %p of %lld bytes, need %lld "
+                  "(16-byte aligned)",
+                  scratch, static_cast<long long>(scratch_bytes),
+                  static_cast<long long>(need));
+    }
+    const HalfType ht =
+        w.type == WType::kBF16 ? HalfType::kBF16 : HalfType::kF16;
+    if (cudaError_t e = ConvertF32ToHalf(x, x_stride, n_tokens, w.cols, ht,
+                                         scratch, w.cols, stream);
+        e != cudaSuccess) {
+      return e;
+    }
+    return RunHalf(w, scratch, w.cols, n_tokens, y, y_stride, stream);
+  }
+  auto h = static_cast<cublasHandle_t>(handle_);
+  cublasSetStream(h, stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  // Column-major view: C[rows x n] = W^T' * X, W stored as [cols x rows].
+  const cublasStatus_t s = cublasGemmEx(
+      h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
+      static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.data,
+      CUDA_R_32F, static_cast<int>(w.row_bytes / 4), x, CUDA_R_32F,
+      static_cast<int>(x_stride), &beta, y, CUDA_R_32F,
+      static_cast<int>(y_stride), CUBLAS_COMPUTE_32F_PEDANTIC,
+      CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    return internal::FailWith(cudaErrorLaunchFailure,
+                              "CublasGemm::Run f32 %lld x %lld x %lld: %s",
+                              static_cast<long long>(w.rows),
+                              static_cast<long long>(w.cols),
+                              static_cast<long long>(n_tokens), BlasName(s));
+  }
+  return cudaSuccess;
+}
+
+cudaError_t CublasGemm::RunHalf(const DeviceMatrix& w, const void* x_half,
+                                int64_t x_stride, int64_t n_tokens, float* y,
+                                int64_t y_stride, cudaStream_t stream) {
+  if (cudaError_t e = internal::CheckMatrix(w, "CublasGemm::RunHalf");
+      e != cudaSuccess) {
+    return e;
+  }
+  if (handle_ == nullptr) return Fail("CublasGemm::RunHalf: Init not called");
+  if (!IsHalf(w.type) || x_half == nullptr || y == nullptr || n_tokens < 1 ||
+      x_stride < w.cols || y_stride < w.rows || w.rows > 0x7fffffff ||
+      w.cols > 0x7fffffff || n_tokens > 0x7fffffff) {
+    return Fail("CublasGemm::RunHalf: %s weights %lld x %lld, %lld tokens, "
+                "x_stride %lld, y_stride %lld",
+                internal::TypeName(w.type), static_cast<long long>(w.rows),
+                static_cast<long long>(w.cols),
+                static_cast<long long>(n_tokens),
+                static_cast<long long>(x_stride),
+                static_cast<long long>(y_stride));
+  }
+  auto h = static_cast<cublasHandle_t>(handle_);
+  cublasSetStream(h, stream);
+  const cudaDataType_t t = w.type == WType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t s = cublasGemmEx(
+      h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
+      static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.data, t,
+      static_cast<int>(w.row_bytes / 2), x_half, t,
+      static_cast<int>(x_stride), &beta, y, CUDA_R_32F,
+      static_cast<int>(y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    return internal::FailWith(cudaErrorLaunchFailure,
+                              "CublasGemm::RunHalf %s %lld x %lld x %lld: %s",
+                              internal::TypeName(w.type),
+                              static_cast<long long>(w.rows),
+                              static_cast<long long>(w.cols),
+                              static_cast<long long>(n_tokens), BlasName(s));
+  }
+  return cudaSuccess;
+}
+
+}  // namespace cuda
+}  // namespace pdserve
