@@ -275,9 +275,15 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   if (fb_smem > 48 * 1024) {
     PDSERVE_CUDA_RETURN_IF_ERROR(PrepareFallbackAttention(fb_smem));
   }
-  decode_ws_bytes_ = cuda::DecodeAttentionWorkspaceBytes(
-      shape_, static_cast<int32_t>(std::min<int64_t>(max_tokens_, 0x7fffffff)),
-      static_cast<int32_t>(max_positions_));
+  // The decode workspace for any batch size at the longest context (capped;
+  // batches needing more use the prefill kernel).
+  decode_ws_bytes_ = 0;
+  for (int64_t n = 1; n <= std::min<int64_t>(max_tokens_, 65535); ++n) {
+    decode_ws_bytes_ =
+        std::max(decode_ws_bytes_, cuda::DecodeAttentionWorkspaceBytes(
+                                       shape_, static_cast<int32_t>(n),
+                                       static_cast<int32_t>(max_positions_)));
+  }
   decode_ws_bytes_ = std::min<int64_t>(decode_ws_bytes_, int64_t{1} << 30);
   if (decode_ws_bytes_ > 0) {
     PDSERVE_RETURN_IF_ERROR(Allocate(&decode_ws_, decode_ws_bytes_,

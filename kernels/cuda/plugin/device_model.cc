@@ -15,10 +15,6 @@ constexpr int64_t kAlign = 256;
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-bool IsQuantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
-}
-
 // Round-to-nearest-even f32 -> bf16 (NaN stays NaN).
 uint16_t ToBf16(float f) {
   uint32_t b;
@@ -73,7 +69,7 @@ absl::Status CopyMatrix(const Item &it, uint8_t *base) {
 }  // namespace
 
 int64_t DeviceRowBytes(DType type, int64_t cols, int64_t host_row_bytes) {
-  return IsQuantized(type) ? AlignUp(host_row_bytes, 16) : host_row_bytes;
+  return host_row_bytes;
 }
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(

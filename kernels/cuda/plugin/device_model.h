@@ -23,8 +23,7 @@ struct DeviceLayer {
 };
 
 // Owns the device copy of a ModelWeights (dense Llama / Qwen3). Matrices keep
-// their stored type (f32 optionally converted to bf16); quantized rows are
-// padded to 16 bytes so the MatVec kernel takes its vector-load path. A tied
+// their stored type and row layout (f32 optionally converted to bf16). A tied
 // LM head shares the embedding's memory. Not copyable; frees on destruction
 // (the device must still be current). Thread-compatible.
 class DeviceModel {
@@ -52,8 +51,7 @@ class DeviceModel {
   void *arena_ = nullptr;
 };
 
-// Bytes of one row of `cols` values of `type` as uploaded (quantized rows
-// padded to 16 bytes).
+// Bytes of one row of `cols` values of `type` as uploaded (the host's).
 int64_t DeviceRowBytes(DType type, int64_t cols, int64_t host_row_bytes);
 
 }  // namespace pdserve::cuda_runner

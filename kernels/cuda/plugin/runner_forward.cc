@@ -61,11 +61,12 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
 CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
   const int32_t hd = shape_.head_dim;
   if (hd != 64 && hd != 128 && hd != 256) return AttnKind::kFallback;
-  if (plan.decode && decode_ws_ != nullptr) {
+  if (plan.decode && plan.seqs <= 65535) {
+    // 0 bytes: one split per sequence, no partials to combine.
     const int64_t need = cuda::DecodeAttentionWorkspaceBytes(
         shape_, static_cast<int32_t>(plan.seqs),
         static_cast<int32_t>(plan.kv_bound));
-    if (need > 0 && need <= decode_ws_bytes_) return AttnKind::kDecode;
+    if (need <= decode_ws_bytes_) return AttnKind::kDecode;
   }
   return AttnKind::kPrefill;
 }
