@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/loader/gguf_hybrid.h"
 
 namespace pdserve {
 namespace {
@@ -117,17 +118,22 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.arch = Architecture::kQwen3Moe;
     c.rope_style = RopeStyle::kNeox;
     c.qk_norm = true;
+  } else if (*arch == "qwen35" || *arch == "qwen3next") {
+    c.arch =
+        *arch == "qwen35" ? Architecture::kQwen35 : Architecture::kQwen3Next;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = true;
   } else {
-    return absl::UnimplementedError(
-        absl::StrCat(f.path(), ": GGUF architecture '", *arch,
-                     "' is not supported (supported: llama, qwen3, qwen3moe)"));
+    return absl::UnimplementedError(absl::StrCat(
+        f.path(), ": GGUF architecture '", *arch, "' is not supported ",
+        "(supported: llama, qwen3, qwen3moe, qwen35, qwen3next)"));
   }
   const std::string& a = *arch;
   c.name = f.Find("general.name") != nullptr ? *f.GetString("general.name")
                                              : Basename(f.path());
   PDSERVE_ASSIGN(c.num_layers, ArchInt(f, a, "block_count"));
   PDSERVE_ASSIGN(c.hidden_size, ArchInt(f, a, "embedding_length"));
-  if (c.arch == Architecture::kQwen3Moe) {
+  if (c.arch == Architecture::kQwen3Moe || c.arch == Architecture::kQwen3Next) {
     // llama.cpp: every layer is sparse, top-k weights renormalised.
     PDSERVE_ASSIGN(c.num_experts, ArchInt(f, a, "expert_count"));
     PDSERVE_ASSIGN(c.num_experts_used, ArchInt(f, a, "expert_used_count"));
@@ -138,6 +144,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     }
     PDSERVE_ASSIGN(c.intermediate_size, ArchIntOr(f, a, "feed_forward_length",
                                                   c.moe_intermediate_size));
+    PDSERVE_ASSIGN(c.shared_expert_intermediate_size,
+                   ArchIntOr(f, a, "expert_shared_feed_forward_length", 0));
   } else {
     PDSERVE_ASSIGN(c.intermediate_size,
                    ArchInt(f, a, "feed_forward_length"));
@@ -168,6 +176,9 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     PDSERVE_ASSIGN(c.eos_token_id, f.GetInt("tokenizer.ggml.eos_token_id"));
   }
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (c.ZeroCenteredNorms()) {
+    if (absl::Status s = HybridConfigFromGguf(f, a, c); !s.ok()) return s;
+  }
   if (absl::Status s = CheckGgufUnsupported(f, a); !s.ok()) return s;
   if (absl::Status s = ValidateModelConfig(c, f.path()); !s.ok()) return s;
   return c;

@@ -14,7 +14,8 @@
 namespace pdserve {
 
 // From GGUF keys `<arch>.block_count`, `.embedding_length`, ... (arch =
-// general.architecture: "llama" -> kInterleaved RoPE, "qwen3" -> kNeox).
+// general.architecture: "llama" -> kInterleaved RoPE; "qwen3", "qwen3moe",
+// "qwen35", "qwen3next" -> kNeox; the hybrid keys: gguf_hybrid.h).
 // tied_embeddings is true when the file has no output.weight.
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& file);
 

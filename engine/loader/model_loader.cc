@@ -11,6 +11,7 @@
 #include "engine/formats/gguf.h"
 #include "engine/formats/llama2c.h"
 #include "engine/formats/safetensors.h"
+#include "engine/loader/gguf_hybrid.h"
 #include "engine/loader/model_config_io.h"
 #include "engine/loader/tensor_sources.h"
 #include "engine/loader/weight_builder.h"
@@ -121,7 +122,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(
       std::shared_ptr<const GgufFile> file = std::move(*f);
       absl::StatusOr<ModelConfig> c = ConfigFromGguf(*file);
       if (!c.ok()) return c.status();
-      return Assemble(std::move(*c), *MakeGgufSource(file), *format);
+      std::unique_ptr<TensorSource> source =
+          c->ZeroCenteredNorms() ? MakeGgufHybridSource(file, *c)
+                                 : MakeGgufSource(file);
+      return Assemble(std::move(*c), *source, *format);
     }
     case ModelFormat::kSafetensors: {
       absl::StatusOr<std::unique_ptr<SafetensorsModel>> m =

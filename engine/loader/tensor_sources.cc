@@ -59,9 +59,9 @@ KindNames NamesOf(WeightKind kind) {
       return {"ffn_up_exps.weight", "mlp.experts.gate_up_proj", "", true};
     case WeightKind::kFfnDownExps:
       return {"ffn_down_exps.weight", "mlp.experts.down_proj", "", true};
-    // GGUF names as gguf-py's qwen35 / qwen3next tensor lists; not reachable
-    // yet: ConfigFromGguf accepts neither architecture (llama.cpp's converter
-    // also rewrites A_log, the norms and the conv weight's shape).
+    // GGUF names as gguf-py's qwen35 / qwen3next tensor lists; those files
+    // are read through MakeGgufHybridSource (gguf_hybrid.h), which undoes
+    // the converter's rewrites (A_log, norms, conv shape, head order).
     case WeightKind::kLinQkv:
       return {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", "", true};
     case WeightKind::kLinZ:

@@ -51,6 +51,7 @@ class Builder {
                                   const char* what) {
     absl::StatusOr<RawTensor> t = src_.Get(kind, layer);
     if (!t.ok()) return t.status();
+    if (t->owner != nullptr) w_.storage.push_back(t->owner);
     if (t->shape != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
           src_.path(), ": tensor '", t->name, "' has shape ",
@@ -71,6 +72,7 @@ class Builder {
                                           int64_t expert, int64_t rows,
                                           int64_t cols, const char* what) {
     absl::StatusOr<RawTensor> t = src_.GetExpert(kind, layer, expert);
+    if (t.ok() && t->owner != nullptr) w_.storage.push_back(t->owner);
     if (t.ok() && t->shape != std::vector<int64_t>{rows, cols}) {
       return absl::InvalidArgumentError(absl::StrCat(
           src_.path(), ": tensor '", t->name, "' has shape ",
@@ -136,10 +138,15 @@ class Builder {
 
   absl::Status Layer(int64_t l, LayerWeights& lw);
   absl::Status Linear(int64_t l, LayerWeights& lw);
-  absl::Status FusedInProjections(int64_t l, LayerWeights& lw);
+  absl::Status FusedQkvz(int64_t l, LayerWeights& lw);
+  absl::Status FusedBa(int64_t l, LayerWeights& lw);
   WeightView PickRows(const WeightView& m, const std::vector<int64_t>& rows);
   absl::Status Attention(int64_t l, LayerWeights& lw);
-  // Zero-centred RMSNorm weights (Qwen3.5: x_normed * (1 + w)) as 1 + w.
+  // Zero-centred RMSNorm weights (Qwen3.5: x_normed * (1 + w)) as 1 + w,
+  // unless the file stores them so already.
+  bool AddOne() const {
+    return w_.config.ZeroCenteredNorms() && !src_.NormsStoredPlusOne();
+  }
   const float* PlusOne(const float* w, int64_t n) {
     auto owned = std::make_shared<std::vector<float>>(n);
     for (int64_t i = 0; i < n; ++i) (*owned)[i] = 1.0f + w[i];
@@ -172,7 +179,7 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
     if (absl::Status s = Attention(l, lw); !s.ok()) return s;
   }
   PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
-  if (c.ZeroCenteredNorms()) {
+  if (AddOne()) {
     lw.attn_norm = PlusOne(lw.attn_norm, h);
     lw.ffn_norm = PlusOne(lw.ffn_norm, h);
   }
@@ -203,20 +210,18 @@ WeightView Builder::PickRows(const WeightView& m,
 }
 
 // Qwen3-Next's in_proj_qkvz rows are grouped per key head g as
-// [q_g (kd) | k_g (kd) | v (r*vd) | z (r*vd)] (r = v_heads / k_heads) and
-// in_proj_ba as [b (r) | a (r)] per g; regroup them into the Qwen3.5 layout.
-absl::Status Builder::FusedInProjections(int64_t l, LayerWeights& lw) {
+// [q_g (kd) | k_g (kd) | v (r*vd) | z (r*vd)] (r = v_heads / k_heads);
+// regroup them into the Qwen3.5 layout (all q | all k | all v, then z).
+absl::Status Builder::FusedQkvz(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size, nk = c.linear_num_k_heads;
   const int64_t kd = c.linear_k_head_dim, vd = c.linear_v_head_dim;
   const int64_t r = c.linear_num_v_heads / nk;
   const int64_t group = 2 * kd + 2 * r * vd;
-  WeightView qkvz, ba;
+  WeightView qkvz;
   PDSERVE_ASSIGN(qkvz, Matrix(WeightKind::kLinQkvz, l, nk * group, h,
                               "2*key_dim+2*value_dim x hidden_size"));
-  PDSERVE_ASSIGN(ba, Matrix(WeightKind::kLinBa, l, 2 * nk * r, h,
-                            "2*linear_num_value_heads x hidden_size"));
-  std::vector<int64_t> qkv, z, b, a;
+  std::vector<int64_t> qkv, z;
   for (int part = 0; part < 3; ++part) {  // all q, then all k, then all v
     for (int64_t g = 0; g < nk; ++g) {
       const int64_t base = g * group + (part == 0 ? 0 : part == 1 ? kd : 2 * kd);
@@ -225,31 +230,55 @@ absl::Status Builder::FusedInProjections(int64_t l, LayerWeights& lw) {
     }
   }
   for (int64_t g = 0; g < nk; ++g) {
-    for (int64_t i = 0; i < r * vd; ++i) z.push_back(g * group + 2 * kd + r * vd + i);
+    for (int64_t i = 0; i < r * vd; ++i) {
+      z.push_back(g * group + 2 * kd + r * vd + i);
+    }
+  }
+  lw.lin_qkv = PickRows(qkvz, qkv);
+  lw.lin_z = PickRows(qkvz, z);
+  return absl::OkStatus();
+}
+
+// Qwen3-Next's in_proj_ba rows: [b (r) | a (r)] per key head g.
+absl::Status Builder::FusedBa(int64_t l, LayerWeights& lw) {
+  const ModelConfig& c = w_.config;
+  const int64_t nk = c.linear_num_k_heads;
+  const int64_t r = c.linear_num_v_heads / nk;
+  WeightView ba;
+  PDSERVE_ASSIGN(ba, Matrix(WeightKind::kLinBa, l, 2 * nk * r, c.hidden_size,
+                            "2*linear_num_value_heads x hidden_size"));
+  std::vector<int64_t> b, a;
+  for (int64_t g = 0; g < nk; ++g) {
     for (int64_t i = 0; i < r; ++i) {
       b.push_back(g * 2 * r + i);
       a.push_back(g * 2 * r + r + i);
     }
   }
-  lw.lin_qkv = PickRows(qkvz, qkv);
-  lw.lin_z = PickRows(qkvz, z);
   lw.lin_b = PickRows(ba, b);
   lw.lin_a = PickRows(ba, a);
   return absl::OkStatus();
 }
 
+// Qwen3.5 stores the in-projections separately; Qwen3-Next checkpoints fuse
+// them (in_proj_qkvz, in_proj_ba), while llama.cpp's GGUF keeps qkv and z
+// separate (attn_qkv, attn_gate) and only b, a fused (ssm_ba).
 absl::Status Builder::Linear(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size, nv = c.linear_num_v_heads;
   const int64_t conv = c.linear_conv_dim(), vdim = c.linear_value_dim();
   using K = WeightKind;
-  if (c.arch == Architecture::kQwen3Next) {
-    if (absl::Status s = FusedInProjections(l, lw); !s.ok()) return s;
+  const bool next = c.arch == Architecture::kQwen3Next;
+  if (next && !src_.Has(K::kLinQkv, l)) {
+    if (absl::Status s = FusedQkvz(l, lw); !s.ok()) return s;
   } else {
     PDSERVE_ASSIGN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
                                       "2*key_dim+value_dim x hidden_size"));
     PDSERVE_ASSIGN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
                                     "value_dim x hidden_size"));
+  }
+  if (next && !src_.Has(K::kLinB, l)) {
+    if (absl::Status s = FusedBa(l, lw); !s.ok()) return s;
+  } else {
     PDSERVE_ASSIGN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
                                     "linear_num_value_heads x hidden_size"));
     PDSERVE_ASSIGN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
@@ -287,7 +316,7 @@ absl::Status Builder::Attention(int64_t l, LayerWeights& lw) {
   if (c.qk_norm) {
     PDSERVE_ASSIGN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
     PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
-    if (c.ZeroCenteredNorms()) {
+    if (AddOne()) {
       lw.q_norm = PlusOne(lw.q_norm, c.head_dim);
       lw.k_norm = PlusOne(lw.k_norm, c.head_dim);
     }
@@ -341,7 +370,7 @@ absl::Status Builder::Build() {
   }
   PDSERVE_ASSIGN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
                                         c.hidden_size, "hidden_size"));
-  if (c.ZeroCenteredNorms()) {
+  if (AddOne()) {
     w_.output_norm = PlusOne(w_.output_norm, c.hidden_size);
   }
   if (c.tied_embeddings) {

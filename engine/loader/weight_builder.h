@@ -5,6 +5,7 @@
 #define PDSERVE_ENGINE_LOADER_WEIGHT_BUILDER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ struct RawTensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   int64_t num_bytes = 0;
+  // Set when the source made a converted copy: owns the memory `data`
+  // points into (the builder keeps it in ModelWeights::storage).
+  std::shared_ptr<const void> owner;
 };
 
 // Read-only access to one model file's tensors by kind.
@@ -83,6 +87,10 @@ class TensorSource {
   // name the tensor.
   virtual absl::StatusOr<RawTensor> GetExpert(WeightKind kind, int64_t layer,
                                               int64_t expert) const;
+  // True when the zero-centred RMSNorm weights (ModelConfig::
+  // ZeroCenteredNorms) are stored as 1 + w already (llama.cpp's converter
+  // adds the 1 for Qwen3.5 / Qwen3-Next); the builder then adds nothing.
+  virtual bool NormsStoredPlusOne() const { return false; }
   // Owners of the memory RawTensor::data points into.
   virtual std::vector<std::shared_ptr<const void>> Storage() const = 0;
   // The file or folder, for error messages.

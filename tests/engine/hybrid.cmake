@@ -27,3 +27,9 @@ if(TARGET pdserve_model AND TARGET pdserve_loader)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
 endif()
+if(TARGET pdserve_model AND TARGET pdserve_loader AND TARGET pdserve_formats)
+  pdserve_add_test(NAME hybrid_gguf_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hybrid_gguf_test.cc
+    LIBS pdserve_model pdserve_loader pdserve_formats
+         nlohmann_json::nlohmann_json)
+endif()
