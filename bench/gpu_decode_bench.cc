@@ -152,7 +152,14 @@ double Median(std::vector<double> v) {
 int Main(int argc, char** argv) {
   const Flags f = ParseFlags(argc, argv);
   if (cuda_runner::DeviceCount() == 0) {
-    std::printf("{\"skipped\": \"no CUDA device\"}\n");
+    const char* skipped = "{\"skipped\": \"no CUDA device\"}";
+    std::printf("%s\n", skipped);
+    if (!f.json.empty()) {
+      if (FILE* out = std::fopen(f.json.c_str(), "w")) {
+        std::fprintf(out, "%s\n", skipped);
+        std::fclose(out);
+      }
+    }
     return 0;
   }
   auto dev = cuda_runner::QueryDevice(0);

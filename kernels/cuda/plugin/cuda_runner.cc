@@ -350,7 +350,7 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   host_sampled_ = static_cast<int32_t *>(h);
   PDSERVE_RETURN_IF_ERROR(AllocatePinned(&h, t * 4, "sampling"));
   host_logprobs_ = static_cast<float *>(h);
-  PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
 

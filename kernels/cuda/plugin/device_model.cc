@@ -156,6 +156,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
     it.out->data = base + it.offset;
   }
   if (tied) m->lm_head = m->embedding;
+  // Pageable-memory copies may still be in flight on the legacy stream,
+  // which the runner's non-blocking streams do not wait for.
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
 
   // Work accounting (as ForwardPass, with the uploaded types' bytes).
   auto payload = [](const cuda::DeviceMatrix &d, const WeightView &h) {
