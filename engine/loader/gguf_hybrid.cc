@@ -23,11 +23,11 @@ namespace {
 
 constexpr int64_t kMaxSsmSize = int64_t{1} << 20;
 
-std::string ShapeString(const std::vector<int64_t> &shape) {
+std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::StatusOr<int64_t> SsmInt(const GgufFile &f, const std::string &key) {
+absl::StatusOr<int64_t> SsmInt(const GgufFile& f, const std::string& key) {
   absl::StatusOr<int64_t> v = f.GetInt(key);
   if (!v.ok()) return v.status();
   if (*v < 1 || *v > kMaxSsmSize) {
@@ -40,12 +40,12 @@ absl::StatusOr<int64_t> SsmInt(const GgufFile &f, const std::string &key) {
 // Which layers are Gated DeltaNet: attention.recurrent_layers (one flag per
 // block, MTP blocks included), else every full_attention_interval-th layer
 // is full attention (llama.cpp's rule).
-absl::Status LinearLayers(const GgufFile &f, const std::string &p,
-                          int64_t all_layers, ModelConfig &c) {
+absl::Status LinearLayers(const GgufFile& f, const std::string& p,
+                          int64_t all_layers, ModelConfig& c) {
   c.linear_layers.assign(c.num_layers, false);
   const std::string key = p + "attention.recurrent_layers";
   if (f.Find(key) != nullptr) {
-    absl::StatusOr<const std::vector<int64_t> *> flags = f.GetIntArray(key);
+    absl::StatusOr<const std::vector<int64_t>*> flags = f.GetIntArray(key);
     if (!flags.ok()) return flags.status();
     if (static_cast<int64_t>((*flags)->size()) < c.num_layers) {
       return absl::InvalidArgumentError(
@@ -91,8 +91,8 @@ float InverseOfNegExp(float a) {
 
 }  // namespace
 
-absl::Status HybridConfigFromGguf(const GgufFile &f, const std::string &arch,
-                                  ModelConfig &c) {
+absl::Status HybridConfigFromGguf(const GgufFile& f, const std::string& arch,
+                                  ModelConfig& c) {
   const std::string p = arch + ".";
   int64_t nextn = 0;
   if (f.Find(p + "nextn_predict_layers") != nullptr) {
@@ -134,7 +134,7 @@ absl::Status HybridConfigFromGguf(const GgufFile &f, const std::string &arch,
   c.mrope_sections.clear();
   const std::string skey = p + "rope.dimension_sections";
   if (c.arch == Architecture::kQwen35 && f.Find(skey) != nullptr) {
-    absl::StatusOr<const std::vector<int64_t> *> s = f.GetIntArray(skey);
+    absl::StatusOr<const std::vector<int64_t>*> s = f.GetIntArray(skey);
     if (!s.ok()) return s.status();
     if ((*s)->size() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -150,7 +150,7 @@ namespace {
 
 class GgufHybridSource : public TensorSource {
  public:
-  GgufHybridSource(std::shared_ptr<const GgufFile> f, const ModelConfig &c)
+  GgufHybridSource(std::shared_ptr<const GgufFile> f, const ModelConfig& c)
       : f_(std::move(f)), c_(c), base_(MakeGgufSource(f_)) {
     const int64_t nk = c.linear_num_k_heads, nv = c.linear_num_v_heads;
     tiled_ =
@@ -174,7 +174,7 @@ class GgufHybridSource : public TensorSource {
   std::vector<std::shared_ptr<const void>> Storage() const override {
     return {f_->mapping()};
   }
-  const std::string &path() const override { return f_->path(); }
+  const std::string& path() const override { return f_->path(); }
 
  private:
   static std::string FusedQkvName(int64_t layer) {
@@ -193,14 +193,14 @@ class GgufHybridSource : public TensorSource {
     const int64_t r = c_.linear_num_v_heads / nk;
     return (h % r) * nk + h / r;
   }
-  absl::Status Error(const RawTensor &t, const std::string &what) const {
+  absl::Status Error(const RawTensor& t, const std::string& what) const {
     return absl::InvalidArgumentError(
         absl::StrCat(f_->path(), ": tensor '", t.name, "' has shape ",
                      ShapeString(t.shape), ", expected ", what));
   }
-  absl::StatusOr<RawTensor> Raw(const std::string &name) const;
+  absl::StatusOr<RawTensor> Raw(const std::string& name) const;
   absl::StatusOr<std::shared_ptr<std::vector<float>>> ToF32(
-      const RawTensor &t) const;
+      const RawTensor& t) const;
   absl::StatusOr<RawTensor> FusedAttention(WeightKind kind,
                                            int64_t layer) const;
   RawTensor PermuteRows(RawTensor t, int64_t first_row,
@@ -215,8 +215,8 @@ class GgufHybridSource : public TensorSource {
   bool tiled_ = false;  // Qwen3.5 value heads reordered by the converter
 };
 
-absl::StatusOr<RawTensor> GgufHybridSource::Raw(const std::string &name) const {
-  absl::StatusOr<const GgufTensorInfo *> t = f_->GetTensor(name);
+absl::StatusOr<RawTensor> GgufHybridSource::Raw(const std::string& name) const {
+  absl::StatusOr<const GgufTensorInfo*> t = f_->GetTensor(name);
   if (!t.ok()) return t.status();
   RawTensor r;
   r.name = (*t)->name;
@@ -229,7 +229,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::Raw(const std::string &name) const {
 
 // All values as f32, row by row (rows of shape.back() values).
 absl::StatusOr<std::shared_ptr<std::vector<float>>> GgufHybridSource::ToF32(
-    const RawTensor &t) const {
+    const RawTensor& t) const {
   const int64_t row = t.shape.empty() ? 0 : t.shape.back();
   absl::StatusOr<int64_t> row_bytes = RowBytes(t.type, row);
   if (!row_bytes.ok() || row <= 0 || t.num_bytes % *row_bytes != 0) {
@@ -242,7 +242,7 @@ absl::StatusOr<std::shared_ptr<std::vector<float>>> GgufHybridSource::ToF32(
   std::vector<uint64_t> aligned((*row_bytes + 7) / 8);
   for (int64_t i = 0; i < rows; ++i) {
     std::memcpy(aligned.data(),
-                static_cast<const uint8_t *>(t.data) + i * *row_bytes,
+                static_cast<const uint8_t*>(t.data) + i * *row_bytes,
                 *row_bytes);
     DequantizeRow(t.type, aligned.data(), out->data() + i * row, row);
   }
@@ -308,7 +308,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::FusedAttention(
                         : kind == WeightKind::kAttnK ? q
                                                      : q + kv;
   const int64_t rows = kind == WeightKind::kAttnQ ? q : kv;
-  t.data = static_cast<const uint8_t *>(t.data) + first * row_bytes;
+  t.data = static_cast<const uint8_t*>(t.data) + first * row_bytes;
   t.num_bytes = rows * row_bytes;
   t.shape = {rows, c_.hidden_size};
   t.name = absl::StrCat(t.name, "[rows ", first, "..", first + rows, ")");
@@ -326,8 +326,8 @@ RawTensor GgufHybridSource::PermuteRows(RawTensor t, int64_t first_row,
   }
   const int64_t row_bytes = t.num_bytes / t.shape[0];
   auto buf = std::make_shared<std::vector<uint64_t>>((t.num_bytes + 7) / 8);
-  auto *dst = reinterpret_cast<uint8_t *>(buf->data());
-  const auto *src = static_cast<const uint8_t *>(t.data);
+  auto* dst = reinterpret_cast<uint8_t*>(buf->data());
+  const auto* src = static_cast<const uint8_t*>(t.data);
   const int64_t block = block_rows * row_bytes, head0 = first_row * row_bytes;
   std::memcpy(dst, src, head0);
   for (int64_t h = 0; h < nv; ++h) {
@@ -353,8 +353,8 @@ absl::StatusOr<RawTensor> GgufHybridSource::PermuteColumns(RawTensor t) const {
   }
   const int64_t rows = t.shape[0], row_bytes = nv * *seg;
   auto buf = std::make_shared<std::vector<uint64_t>>((t.num_bytes + 7) / 8);
-  auto *dst = reinterpret_cast<uint8_t *>(buf->data());
-  const auto *src = static_cast<const uint8_t *>(t.data);
+  auto* dst = reinterpret_cast<uint8_t*>(buf->data());
+  const auto* src = static_cast<const uint8_t*>(t.data);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t h = 0; h < nv; ++h) {
       std::memcpy(dst + i * row_bytes + h * *seg,
@@ -438,7 +438,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::GetExpert(WeightKind kind,
   const int64_t per_expert = t.num_bytes / t.shape[0];
   const int64_t half = per_expert / 2;
   const bool up = kind == WeightKind::kFfnUpExps;
-  t.data = static_cast<const uint8_t *>(t.data) + expert * per_expert +
+  t.data = static_cast<const uint8_t*>(t.data) + expert * per_expert +
            (up ? half : 0);
   t.num_bytes = half;
   t.shape = {t.shape[1] / 2, t.shape[2]};
@@ -452,7 +452,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::GetExpert(WeightKind kind,
 }  // namespace
 
 std::unique_ptr<TensorSource> MakeGgufHybridSource(
-    std::shared_ptr<const GgufFile> file, const ModelConfig &config) {
+    std::shared_ptr<const GgufFile> file, const ModelConfig& config) {
   return std::make_unique<GgufHybridSource>(std::move(file), config);
 }
 

@@ -40,14 +40,14 @@ namespace pdserve {
 // `<arch>.rope.dimension_sections` (first three: the mRoPE t/h/w sections).
 // c.num_layers (from block_count) loses `<arch>.nextn_predict_layers` MTP
 // blocks. Errors name the file and the key.
-absl::Status HybridConfigFromGguf(const GgufFile &file, const std::string &arch,
-                                  ModelConfig &c);
+absl::Status HybridConfigFromGguf(const GgufFile& file, const std::string& arch,
+                                  ModelConfig& c);
 
 // The source for a qwen35 / qwen3next file whose config came from
 // ConfigFromGguf. Converted tensors are owned copies (RawTensor::owner);
 // the rest are views of the mapping. Thread-compatible (const methods).
 std::unique_ptr<TensorSource> MakeGgufHybridSource(
-    std::shared_ptr<const GgufFile> file, const ModelConfig &config);
+    std::shared_ptr<const GgufFile> file, const ModelConfig& config);
 
 }  // namespace pdserve
 

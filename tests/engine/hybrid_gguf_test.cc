@@ -16,6 +16,7 @@
 #include "engine/formats/gguf_writer.h"
 #include "engine/loader/model_loader.h"
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
 #include "tests/engine/hybrid_test_util.h"
 
 namespace pdserve {
@@ -24,8 +25,8 @@ namespace {
 using hybrid_test::kHybridDir;
 
 struct Fixture {
-  const char *gguf;  // file under tests/data/hybrid
-  const char *hf;    // the HF fixture it was converted from
+  const char* gguf;  // file under tests/data/hybrid
+  const char* hf;    // the HF fixture it was converted from
 };
 
 const Fixture kFixtures[] = {
@@ -34,7 +35,7 @@ const Fixture kFixtures[] = {
     {"tiny_qwen3_next_fused.gguf", "tiny_qwen3_next"},
 };
 
-std::unique_ptr<ModelWeights> Load(const std::string &path) {
+std::unique_ptr<ModelWeights> Load(const std::string& path) {
   auto w = LoadModel(path);
   EXPECT_TRUE(w.ok()) << w.status();
   return w.ok() ? std::move(*w) : nullptr;
@@ -88,8 +89,8 @@ TEST_P(HybridGgufTest, ConfigEqualsHfConfig) {
 }
 
 // Both views as f32 rows, equal within `tol` (0: bit for bit).
-void ExpectSameMatrix(const WeightView &g, const WeightView &h,
-                      const std::string &what, float tol = 0) {
+void ExpectSameMatrix(const WeightView& g, const WeightView& h,
+                      const std::string& what, float tol = 0) {
   ASSERT_EQ(g.rows, h.rows) << what;
   ASSERT_EQ(g.cols, h.cols) << what;
   std::vector<float> a(g.cols), b(h.cols);
@@ -102,8 +103,8 @@ void ExpectSameMatrix(const WeightView &g, const WeightView &h,
   }
 }
 
-void ExpectSameVector(const float *g, const float *h, int64_t n,
-                      const std::string &what, float tol = 0) {
+void ExpectSameVector(const float* g, const float* h, int64_t n,
+                      const std::string& what, float tol = 0) {
   ASSERT_NE(g, nullptr) << what;
   ASSERT_NE(h, nullptr) << what;
   for (int64_t i = 0; i < n; ++i) {
@@ -111,8 +112,8 @@ void ExpectSameVector(const float *g, const float *h, int64_t n,
   }
 }
 
-void ExpectSameExpert(const ExpertWeights &g, const ExpertWeights &h,
-                      const std::string &what) {
+void ExpectSameExpert(const ExpertWeights& g, const ExpertWeights& h,
+                      const std::string& what) {
   ExpectSameMatrix(g.gate, h.gate, what + ".gate");
   ExpectSameMatrix(g.up, h.up, what + ".up");
   ExpectSameMatrix(g.down, h.down, what + ".down");
@@ -127,13 +128,13 @@ TEST_P(HybridGgufTest, WeightsEqualHfLoaded) {
   auto h = Load(HfDir());
   ASSERT_NE(g, nullptr);
   ASSERT_NE(h, nullptr);
-  const ModelConfig &c = h->config;
+  const ModelConfig& c = h->config;
   ExpectSameMatrix(g->token_embedding, h->token_embedding, "token_embd");
   ExpectSameMatrix(g->lm_head, h->lm_head, "lm_head");
   ExpectSameVector(g->output_norm, h->output_norm, c.hidden_size, "out_norm");
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights &a = g->layers[l];
-    const LayerWeights &b = h->layers[l];
+    const LayerWeights& a = g->layers[l];
+    const LayerWeights& b = h->layers[l];
     const std::string L = "layer " + std::to_string(l) + " ";
     ExpectSameVector(a.attn_norm, b.attn_norm, c.hidden_size, L + "attn_norm");
     ExpectSameVector(a.ffn_norm, b.ffn_norm, c.hidden_size, L + "ffn_norm");
@@ -198,8 +199,8 @@ TEST_P(HybridGgufTest, MatchesHfLoadedLogits) {
   const auto decode = meta["decode_ids"].get<std::vector<int32_t>>();
   hybrid_test::MultiRunner rg(*g), rh(*h);
   float max_diff = 0;
-  auto compare = [&](const std::vector<float> &a, const std::vector<float> &b,
-                     const std::string &what) {
+  auto compare = [&](const std::vector<float>& a, const std::vector<float>& b,
+                     const std::string& what) {
     ASSERT_EQ(a.size(), b.size()) << what;
     for (size_t i = 0; i < a.size(); ++i) {
       max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
@@ -217,38 +218,58 @@ TEST_P(HybridGgufTest, MatchesHfLoadedLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGgufTest,
                          ::testing::ValuesIn(kFixtures),
-                         [](const ::testing::TestParamInfo<Fixture> &info) {
+                         [](const ::testing::TestParamInfo<Fixture>& info) {
                            std::string n = info.param.gguf;
                            n = n.substr(0, n.find('.'));
-                           for (char &ch : n) {
+                           for (char& ch : n) {
                              if (ch == '_') ch = 'X';
                            }
                            return n;
                          });
 
-using EditFn = std::function<void(const std::string &, std::vector<int64_t> &,
-                                  std::string &)>;
+// Changes Rewrite applies while copying a fixture GGUF.
+struct Edits {
+  std::string skip_tensor;
+  std::string skip_key;
+  // May change a tensor's type, dims (GGML order) and bytes.
+  std::function<void(const std::string& name, DType& type,
+                     std::vector<int64_t>& dims, std::string& bytes)>
+      tensor;
+  // Runs after the copy (may set keys, add tensors).
+  std::function<void(GgufWriter&)> extra;
+};
 
-// Rewrites a fixture GGUF (metadata and tensors copied) into a temp file,
-// without tensor `skip` or key `skip_key`, with `edit` applied to each
-// tensor's dims and bytes.
-std::string Rewrite(const std::string &src, const std::string &out_name,
-                    const std::string &skip, const EditFn &edit = nullptr,
-                    const std::string &skip_key = "") {
+Edits SkipTensor(const std::string& name) {
+  Edits e;
+  e.skip_tensor = name;
+  return e;
+}
+
+Edits SkipKey(const std::string& key) {
+  Edits e;
+  e.skip_key = key;
+  return e;
+}
+
+// Rewrites a fixture GGUF (metadata and tensors copied) into a temp file.
+std::string Rewrite(const std::string& src, const std::string& out_name,
+                    const Edits& e) {
   auto f = GgufFile::Open(kHybridDir + "/" + src);
   EXPECT_TRUE(f.ok()) << f.status();
   GgufWriter w;
-  for (const auto &[key, value] : (*f)->metadata()) {
-    if (key != skip_key) w.SetValue(key, value);
+  for (const auto& [key, value] : (*f)->metadata()) {
+    if (key != e.skip_key) w.SetValue(key, value);
   }
-  for (const GgufTensorInfo &t : (*f)->tensors()) {
-    if (t.name == skip) continue;
+  for (const GgufTensorInfo& t : (*f)->tensors()) {
+    if (t.name == e.skip_tensor) continue;
+    DType type = t.type;
     std::vector<int64_t> dims = t.dims;
-    std::string bytes(static_cast<const char *>(t.data), t.num_bytes);
-    if (edit) edit(t.name, dims, bytes);
-    absl::Status s = w.AddTensor(t.name, t.type, dims, bytes);
-    EXPECT_TRUE(s.ok()) << s;
+    std::string bytes(static_cast<const char*>(t.data), t.num_bytes);
+    if (e.tensor) e.tensor(t.name, type, dims, bytes);
+    absl::Status s = w.AddTensor(t.name, type, dims, bytes);
+    EXPECT_TRUE(s.ok()) << t.name << ": " << s;
   }
+  if (e.extra) e.extra(w);
   const std::string dir =
       ::testing::TempDir() + "/hybrid_gguf_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
@@ -258,18 +279,136 @@ std::string Rewrite(const std::string &src, const std::string &out_name,
   return path;
 }
 
-// The rewrite itself is faithful: the copy loads and gives the same logits.
-TEST(HybridGgufErrorsTest, UnchangedRewriteLoads) {
-  const std::string path = Rewrite("tiny_qwen35.gguf", "copy.gguf", "");
+// f32 rows of dims[0] values as `to`.
+std::string Quantize(DType to, const std::vector<int64_t>& dims,
+                     const std::string& f32) {
+  const int64_t cols = dims[0];
+  const int64_t rows = static_cast<int64_t>(f32.size() / 4) / cols;
+  const int64_t row_bytes = *RowBytes(to, cols);
+  std::string out(rows * row_bytes, '\0');
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeRow(to, reinterpret_cast<const float*>(f32.data()) + r * cols,
+                out.data() + r * row_bytes, cols);
+  }
+  return out;
+}
+
+// Turns `name` (F32) into `to` when `pick` says so.
+Edits Requantize(DType to, std::function<bool(const std::string&)> pick) {
+  Edits e;
+  e.tensor = [to, pick](const std::string& name, DType& type,
+                        std::vector<int64_t>& dims, std::string& bytes) {
+    if (type != DType::kF32 || dims.size() != 2 || !pick(name)) return;
+    bytes = Quantize(to, dims, bytes);
+    type = to;
+  };
+  return e;
+}
+
+// `g` (loaded from a requantized GGUF) equals the HF f32 matrix `h` passed
+// through the same row quantization.
+void ExpectQuantizedOf(const WeightView& g, const WeightView& h, DType type,
+                       const std::string& what) {
+  ASSERT_EQ(g.type, type) << what;
+  ASSERT_EQ(g.rows, h.rows) << what;
+  ASSERT_EQ(g.cols, h.cols) << what;
+  std::vector<float> a(g.cols), b(h.cols);
+  std::vector<uint8_t> q(*RowBytes(type, h.cols));
+  for (int64_t r = 0; r < g.rows; ++r) {
+    DequantizeRow(g.type, g.row(r), a.data(), g.cols);
+    QuantizeRow(type, reinterpret_cast<const float*>(h.row(r)), q.data(),
+                h.cols);
+    DequantizeRow(type, q.data(), b.data(), h.cols);
+    ASSERT_EQ(a, b) << what << " row " << r;
+  }
+}
+
+// The head-order undo works on stored bytes of any type: a Qwen3.5 file
+// with every matrix as F16 (ssm_conv1d too), then with the in-projections
+// as Q8_0.
+TEST(HybridGgufRewriteTest, QuantizedLinearWeightsUndoHeadOrder) {
+  auto h = Load(kHybridDir + "/tiny_qwen35");
+  ASSERT_NE(h, nullptr);
+  for (DType type : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(DTypeName(type));
+    const bool q8 = type == DType::kQ8_0;
+    auto g =
+        Load(Rewrite("tiny_qwen35.gguf", std::string(DTypeName(type)) + ".gguf",
+                     Requantize(type, [q8](const std::string& n) {
+                       return !q8 || n.find("attn_qkv") != std::string::npos ||
+                              n.find("attn_gate") != std::string::npos ||
+                              n.find("ssm_alpha") != std::string::npos ||
+                              n.find("ssm_beta") != std::string::npos;
+                     })));
+    ASSERT_NE(g, nullptr);
+    for (int64_t l : {0, 2}) {
+      const LayerWeights& a = g->layers[l];
+      const LayerWeights& b = h->layers[l];
+      ExpectQuantizedOf(a.lin_qkv, b.lin_qkv, type, "lin_qkv");
+      ExpectQuantizedOf(a.lin_z, b.lin_z, type, "lin_z");
+      ExpectQuantizedOf(a.lin_b, b.lin_b, type, "lin_b");
+      ExpectQuantizedOf(a.lin_a, b.lin_a, type, "lin_a");
+      if (q8) continue;
+      ExpectQuantizedOf(a.lin_out, b.lin_out, type, "lin_out");
+      const int64_t n = h->config.linear_conv_dim() * 4;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(a.lin_conv[i], F16ToF32(F32ToF16(b.lin_conv[i]))) << i;
+      }
+    }
+  }
+}
+
+// Q8_0 blocks of 32 values cannot be split into the fixture's 8-wide value
+// heads, so ssm_out's columns cannot be put back in order: a clear error.
+TEST(HybridGgufRewriteTest, OutProjectionInSplitBlocksIsUnimplemented) {
+  auto w = LoadModel(Rewrite("tiny_qwen35.gguf", "q8_out.gguf",
+                             Requantize(DType::kQ8_0, [](const std::string& n) {
+                               return n == "blk.0.ssm_out.weight";
+                             })));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented) << w.status();
+  EXPECT_NE(w.status().message().find("blk.0.ssm_out.weight"),
+            std::string::npos)
+      << w.status();
+}
+
+// A file with an MTP block (nextn_predict_layers = 1: one more block, its
+// tensors after the decoder's) runs the decoder alone.
+TEST(HybridGgufRewriteTest, MtpBlockIsSkipped) {
+  Edits e;
+  e.extra = [](GgufWriter& w) {
+    w.SetUint32("qwen3next.block_count", 5);
+    w.SetUint32("qwen3next.nextn_predict_layers", 1);
+    w.SetIntArray("qwen3next.attention.recurrent_layers",
+                  GgufValue::Type::kBool, {1, 0, 1, 0, 0});
+    (void)w.AddF32Tensor("blk.4.nextn.eh_proj.weight", {64, 32},
+                         std::vector<float>(64 * 32, 0.5f));
+  };
+  const std::string path = Rewrite("tiny_qwen3_next.gguf", "mtp.gguf", e);
+  auto c = ReadModelConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_layers, 4);
+  EXPECT_EQ(c->linear_layers, (std::vector<bool>{true, false, true, false}));
   auto w = Load(path);
   ASSERT_NE(w, nullptr);
-  hybrid_test::CheckGolden(*w, kHybridDir + "/tiny_qwen35", 1e-4f);
+  hybrid_test::CheckGolden(*w, kHybridDir + "/tiny_qwen3_next", 1e-4f);
+}
+
+// Without attention.recurrent_layers, full_attention_interval decides.
+TEST(HybridGgufRewriteTest, FullAttentionIntervalFallback) {
+  Edits e;
+  e.skip_key = "qwen35.attention.recurrent_layers";
+  e.extra = [](GgufWriter& w) {
+    w.SetUint32("qwen35.full_attention_interval", 2);
+  };
+  auto c = ReadModelConfig(Rewrite("tiny_qwen35.gguf", "interval.gguf", e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->linear_layers, (std::vector<bool>{true, false, true, false}));
 }
 
 TEST(HybridGgufErrorsTest, MissingTensorIsNamed) {
-  const std::string path =
-      Rewrite("tiny_qwen35.gguf", "no_ssm_a.gguf", "blk.2.ssm_a");
-  auto w = LoadModel(path);
+  auto w = LoadModel(
+      Rewrite("tiny_qwen35.gguf", "no_ssm_a.gguf", SkipTensor("blk.2.ssm_a")));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound) << w.status();
   EXPECT_NE(w.status().message().find("blk.2.ssm_a"), std::string::npos)
@@ -277,29 +416,30 @@ TEST(HybridGgufErrorsTest, MissingTensorIsNamed) {
 }
 
 TEST(HybridGgufErrorsTest, MissingInProjectionNamesBothLayouts) {
-  const std::string path =
-      Rewrite("tiny_qwen3_next.gguf", "no_qkv.gguf", "blk.0.attn_qkv.weight");
-  auto w = LoadModel(path);
+  auto w = LoadModel(Rewrite("tiny_qwen3_next.gguf", "no_qkv.gguf",
+                             SkipTensor("blk.0.attn_qkv.weight")));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound) << w.status();
-  EXPECT_NE(w.status().message().find("blk.0.attn_qkv.weight"),
-            std::string::npos)
-      << w.status();
-  EXPECT_NE(w.status().message().find("blk.0.ssm_in.weight"), std::string::npos)
-      << w.status();
+  const std::string m(w.status().message());
+  EXPECT_NE(m.find("blk.0.attn_qkv.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("blk.0.ssm_in.weight"), std::string::npos) << m;
+}
+
+// Halves tensor `target`'s outermost GGML dim (keeps its first half).
+Edits Halve(const std::string& target) {
+  Edits e;
+  e.tensor = [target](const std::string& name, DType&,
+                      std::vector<int64_t>& dims, std::string& bytes) {
+    if (name != target) return;
+    dims.back() /= 2;
+    bytes.resize(bytes.size() / 2);
+  };
+  return e;
 }
 
 TEST(HybridGgufErrorsTest, MisshapedConvIsNamedWithShapes) {
-  // [64][4] -> [32][4]: the first half of the channels.
-  const std::string path =
-      Rewrite("tiny_qwen35.gguf", "conv.gguf", "",
-              [](const std::string &name, std::vector<int64_t> &dims,
-                 std::string &bytes) {
-                if (name != "blk.0.ssm_conv1d.weight") return;
-                dims[1] /= 2;
-                bytes.resize(bytes.size() / 2);
-              });
-  auto w = LoadModel(path);
+  auto w = LoadModel(Rewrite("tiny_qwen35.gguf", "conv.gguf",
+                             Halve("blk.0.ssm_conv1d.weight")));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string m(w.status().message());
@@ -309,33 +449,36 @@ TEST(HybridGgufErrorsTest, MisshapedConvIsNamedWithShapes) {
 }
 
 TEST(HybridGgufErrorsTest, MisshapedGateIsNamedWithShapes) {
-  // attn_gate [32][32] -> [16][32].
-  const std::string path =
-      Rewrite("tiny_qwen35.gguf", "gate.gguf", "",
-              [](const std::string &name, std::vector<int64_t> &dims,
-                 std::string &bytes) {
-                if (name != "blk.2.attn_gate.weight") return;
-                dims[1] /= 2;
-                bytes.resize(bytes.size() / 2);
-              });
-  auto w = LoadModel(path);
+  auto w = LoadModel(Rewrite("tiny_qwen35.gguf", "gate.gguf",
+                             Halve("blk.2.attn_gate.weight")));
   ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string m(w.status().message());
   EXPECT_NE(m.find("blk.2.attn_gate.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("[16, 32]"), std::string::npos) << m;
   EXPECT_NE(m.find("[32, 32]"), std::string::npos) << m;
 }
 
+TEST(HybridGgufErrorsTest, MisshapedFusedQkvIsNamedWithShapes) {
+  auto w = LoadModel(Rewrite("tiny_qwen3_next_fused.gguf", "fqkv.gguf",
+                             Halve("blk.1.attn_qkv.weight")));
+  ASSERT_FALSE(w.ok());
+  const std::string m(w.status().message());
+  EXPECT_NE(m.find("blk.1.attn_qkv.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("[96, 32]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[192, 32]"), std::string::npos) << m;
+}
+
 TEST(HybridGgufErrorsTest, PositiveSsmAIsRejected) {
   // ssm_a must be -exp(A_log) < 0; a file holding A_log itself is wrong.
-  const std::string path = Rewrite(
-      "tiny_qwen35.gguf", "a_log.gguf", "",
-      [](const std::string &name, std::vector<int64_t> &, std::string &bytes) {
-        if (name != "blk.0.ssm_a") return;
-        auto *v = reinterpret_cast<float *>(bytes.data());
-        for (size_t i = 0; i < bytes.size() / 4; ++i) v[i] = std::fabs(v[i]);
-      });
-  auto w = LoadModel(path);
+  Edits e;
+  e.tensor = [](const std::string& name, DType&, std::vector<int64_t>&,
+                std::string& bytes) {
+    if (name != "blk.0.ssm_a") return;
+    auto* v = reinterpret_cast<float*>(bytes.data());
+    for (size_t i = 0; i < bytes.size() / 4; ++i) v[i] = std::fabs(v[i]);
+  };
+  auto w = LoadModel(Rewrite("tiny_qwen35.gguf", "a_log.gguf", e));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(w.status().message().find("blk.0.ssm_a"), std::string::npos)
@@ -343,9 +486,8 @@ TEST(HybridGgufErrorsTest, PositiveSsmAIsRejected) {
 }
 
 TEST(HybridGgufErrorsTest, MissingSsmKeyIsNamed) {
-  const std::string path = Rewrite("tiny_qwen3_next.gguf", "nokey.gguf", "",
-                                   nullptr, "qwen3next.ssm.group_count");
-  auto c = ReadModelConfig(path);
+  auto c = ReadModelConfig(Rewrite("tiny_qwen3_next.gguf", "nokey.gguf",
+                                   SkipKey("qwen3next.ssm.group_count")));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound) << c.status();
   EXPECT_NE(c.status().message().find("qwen3next.ssm.group_count"),
