@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backend/device_spec.h"
 #include "engine/kv/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/service/engine_service.h"
@@ -24,6 +25,7 @@ const std::vector<cli::FlagSpec>& EngineFlags() {
       {"host", true, "interface to listen on (default 127.0.0.1)"},
       {"port", true, "gRPC port (default 50053; 0 = any free port)"},
       {"threads", true, "compute threads (default: all cores)"},
+      {"device", true, "where the model runs: cpu (default), cuda or cuda:N (loads libpdserve_cuda.so)"},
       {"kv-memory", true, "KV pool budget: a fraction of free memory (0.5) or bytes with K/M/G suffix"},
       {"page-size", true, "tokens per KV page (default 16)"},
       {"max-sequences", true, "sequences live at once (default 256)"},
@@ -99,6 +101,9 @@ int RunEngineProcess(const cli::CliArgs& args) {
   auto kv = ParseKvMemory(args.String("kv-memory", "0.5"));
   if (!kv.ok()) return Fail("flags", kv.status());
   options.kv_memory = *kv;
+  auto device = ParseDeviceSpec(args.String("device", "cpu"));
+  if (!device.ok()) return Fail("flags", device.status());
+  options.device = *device;
   auto port = args.Int("port", 50053);
   auto threads = args.Int("threads", std::thread::hardware_concurrency());
   auto page = args.Int("page-size", 16);
@@ -118,9 +123,13 @@ int RunEngineProcess(const cli::CliArgs& args) {
   if (name.empty()) name = std::filesystem::path(model_path).stem().string();
   ThreadPool pool(static_cast<int>(std::max<int64_t>(1, *threads)));
   auto core = EngineCore::Create(shared, &pool, options);
-  if (!core.ok()) return Fail("creating the engine", core.status());
+  if (!core.ok()) {
+    return Fail("creating the engine on " + options.device.ToString(),
+                core.status());
+  }
 
-  EngineServiceImpl service(core->get(), name, "cpu", options.max_step_tokens);
+  EngineServiceImpl service(core->get(), name, (*core)->Describe(),
+                            options.max_step_tokens);
   auto server = rpc::StartServer(args.String("host", "127.0.0.1"),
                                  static_cast<int>(*port), {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
@@ -132,9 +141,11 @@ int RunEngineProcess(const cli::CliArgs& args) {
   }
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, true);
   const KvGeometry& g = (*core)->Geometry();
-  std::printf("pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens)\n",
-              name.c_str(), args.String("host", "127.0.0.1").c_str(),
-              server->port, g.num_pages, g.page_size);
+  std::printf(
+      "pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens) on "
+      "%s\n",
+      name.c_str(), args.String("host", "127.0.0.1").c_str(), server->port,
+      g.num_pages, g.page_size, (*core)->Describe().c_str());
   std::fflush(stdout);
 
   rpc::WaitForTerminationSignal();

@@ -13,6 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/backend/device_spec.h"
+#include "engine/kv/engine_core.h"
+#include "engine/kv/kv_storage.h"
 #include "engine/loader/model_loader.h"
 #include "engine/model/sampler.h"
 #include "engine/model/sequence_runner.h"
@@ -41,6 +44,7 @@ constexpr char kUsage[] =
     "  --top-k K --top-p P --min-p P --repetition-penalty R\n"
     "  --seed S              sampling seed (default 0)\n"
     "  --threads K           worker threads (default: all cores)\n"
+    "  --device D            cpu (default), cuda or cuda:N (CUDA plugin)\n"
     "  --batch N             prefill chunk size (default 512)\n"
     "  --ids                 print generated token ids instead of text\n"
     "  --ignore-eos          do not stop at end-of-sequence tokens\n";
@@ -50,6 +54,7 @@ struct Options {
   bool has_prompt = false, chat = false, print_ids = false, ignore_eos = false;
   int64_t n = 64, threads = 0, batch = 512;
   SamplingParams sampling;
+  DeviceSpec device;
 };
 
 // Parses argv; returns an error message (empty on success).
@@ -101,6 +106,14 @@ std::string ParseArgs(int argc, char** argv, Options* o) {
       err = num(&o->threads);
     } else if (arg == "--batch") {
       err = num(&o->batch);
+    } else if (arg == "--device") {
+      if (!value(&v)) {
+        err = "--device needs cpu, cuda or cuda:N";
+      } else if (auto d = ParseDeviceSpec(v); d.ok()) {
+        o->device = *d;
+      } else {
+        err = std::string(d.status().message());
+      }
     } else if (arg == "--chat") {
       o->chat = true;
     } else if (arg == "--ids") {
@@ -182,6 +195,146 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// One token a TokenSource produced: `stop` when it is a stop id (its text
+// is not printed), `last` when generation ends after it.
+struct Produced {
+  int32_t token = -1;
+  bool stop = false;
+  bool last = false;
+};
+
+// Produces the tokens of one sequence: First runs the prompt, Next feeds the
+// previous token back.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual absl::StatusOr<Produced> First(
+      const std::vector<int32_t>& prompt) = 0;
+  virtual absl::StatusOr<Produced> Next(int32_t token) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+// --device cpu: a SequenceRunner and a Sampler in this process.
+class CpuSource : public TokenSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<CpuSource>> Create(
+      const ModelWeights& w, ThreadPool& pool, int64_t capacity,
+      const Options& o, const std::vector<int32_t>& stops) {
+    auto runner = SequenceRunner::Create(w, pool, capacity, o.batch);
+    if (!runner.ok()) return runner.status();
+    auto sampler = Sampler::Create(o.sampling, w.config.vocab_size);
+    if (!sampler.ok()) return sampler.status();
+    auto s = std::unique_ptr<CpuSource>(new CpuSource());
+    s->runner_ = std::move(*runner);
+    s->sampler_ = std::move(*sampler);
+    s->scratch_.Reserve(static_cast<int32_t>(w.config.vocab_size));
+    s->stops_ = stops;
+    s->n_ = o.n;
+    s->capacity_ = capacity;
+    return s;
+  }
+  absl::StatusOr<Produced> First(const std::vector<int32_t>& prompt) override {
+    sampler_->AddPrompt(prompt);
+    return Sample(runner_->Feed(prompt));
+  }
+  absl::StatusOr<Produced> Next(int32_t token) override {
+    return Sample(runner_->Feed({&token, 1}));
+  }
+  std::string Describe() const override { return "cpu"; }
+
+ private:
+  CpuSource() = default;
+  absl::StatusOr<Produced> Sample(
+      absl::StatusOr<absl::Span<const float>> logits) {
+    if (!logits.ok()) return logits.status();
+    auto next = sampler_->Sample(*logits, &scratch_);
+    if (!next.ok()) return next.status();
+    ++generated_;
+    Produced p;
+    p.token = next->token;
+    p.stop = std::find(stops_.begin(), stops_.end(), p.token) != stops_.end();
+    p.last = p.stop || generated_ >= n_ || runner_->position() >= capacity_;
+    return p;
+  }
+  std::unique_ptr<SequenceRunner> runner_;
+  std::unique_ptr<Sampler> sampler_;
+  SamplerScratch scratch_;
+  std::vector<int32_t> stops_;
+  int64_t n_ = 0, capacity_ = 0, generated_ = 0;
+};
+
+// --device cuda[:N]: an EngineCore on the device backend with one sequence;
+// prefill in chunks of --batch tokens.
+class EngineSource : public TokenSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<EngineSource>> Create(
+      std::shared_ptr<const ModelWeights> w, ThreadPool& pool, int64_t capacity,
+      const Options& o, const std::vector<int32_t>& stops) {
+    EngineOptions eo;
+    eo.device = o.device;
+    eo.max_sequences = 1;
+    eo.max_step_tokens = o.batch;
+    // Room for `capacity` tokens (+ a page of slack) and one state slot.
+    const KvModelShape shape = KvModelShape::FromConfig(w->config);
+    const int64_t page_bytes = RoundUpToOsPage(shape.num_attention_layers * 2 *
+                                               shape.kv_dim * 4 * eo.page_size);
+    const int64_t state_bytes = RoundUpToOsPage(
+        shape.num_linear_layers *
+        (shape.conv_state_floats + shape.recurrent_state_floats) * 4);
+    eo.kv_memory.bytes =
+        (capacity / eo.page_size + 2) * page_bytes + state_bytes;
+    auto core = EngineCore::Create(std::move(w), &pool, eo);
+    if (!core.ok()) return core.status();
+    auto s = std::unique_ptr<EngineSource>(new EngineSource());
+    s->core_ = std::move(*core);
+    s->capacity_ = capacity;
+    s->batch_ = o.batch;
+    s->sampling_ = o.sampling;
+    s->stops_ = stops;
+    s->n_ = o.n;
+    return s;
+  }
+  absl::StatusOr<Produced> First(const std::vector<int32_t>& prompt) override {
+    if (absl::Status st =
+            core_->AddSequence(kId, prompt, capacity_, sampling_, stops_, n_);
+        !st.ok()) {
+      return st;
+    }
+    int64_t pending = static_cast<int64_t>(prompt.size());
+    for (;;) {
+      const int32_t k = static_cast<int32_t>(std::min(pending, batch_));
+      absl::StatusOr<Produced> p = Step(k);
+      if (!p.ok() || p->token >= 0) return p;
+      pending -= k;
+    }
+  }
+  absl::StatusOr<Produced> Next(int32_t) override { return Step(1); }
+  std::string Describe() const override { return core_->Describe(); }
+
+ private:
+  static constexpr SequenceId kId = 1;
+  EngineSource() = default;
+  // One Step of k tokens; token -1 while the prompt is not done.
+  absl::StatusOr<Produced> Step(int32_t k) {
+    const StepPlanEntry entry{kId, k};
+    if (absl::Status st = core_->Step({&entry, 1}, &result_); !st.ok()) {
+      return st;
+    }
+    const SequenceStepResult& r = result_.sequences[0];
+    Produced p;
+    if (!r.has_token) return p;
+    p.token = r.token;
+    p.stop = r.finish == FinishReason::kStop;
+    p.last = r.finish != FinishReason::kNone;
+    return p;
+  }
+  std::unique_ptr<EngineCore> core_;
+  StepResult result_;
+  int64_t capacity_ = 0, batch_ = 0, n_ = 0;
+  SamplingParams sampling_;
+  std::vector<int32_t> stops_;
+};
+
 int RunGenerate(int argc, char** argv) {
   Options o;
   if (argc == 2 && (std::string(argv[1]) == "--help" ||
@@ -195,7 +348,8 @@ int RunGenerate(int argc, char** argv) {
   }
   auto weights = LoadModel(o.model);
   if (!weights.ok()) return Fail(weights.status());
-  const ModelConfig& config = (*weights)->config;
+  const ModelConfig config = (*weights)->config;
+  const std::string source_format = (*weights)->source_format;
 
   std::unique_ptr<Tokenizer> tok;
   const std::string tok_path = o.tokenizer.empty() ? o.model : o.tokenizer;
@@ -215,17 +369,22 @@ int RunGenerate(int argc, char** argv) {
   const int64_t want = static_cast<int64_t>(prompt->size()) + o.n;
   const int64_t capacity =
       config.max_context > 0 ? std::min(want, config.max_context) : want;
-  auto runner = SequenceRunner::Create(**weights, pool, capacity, o.batch);
-  if (!runner.ok()) return Fail(runner.status());
-  auto sampler = Sampler::Create(o.sampling, config.vocab_size);
-  if (!sampler.ok()) return Fail(sampler.status());
-  (*sampler)->AddPrompt(*prompt);
-  SamplerScratch scratch(static_cast<int32_t>(config.vocab_size));
 
   std::vector<int32_t> stops;
   if (!o.ignore_eos) {
     if (tok != nullptr) stops = tok->stop_ids();
     if (config.eos_token_id >= 0) stops.push_back(config.eos_token_id);
+  }
+  std::unique_ptr<TokenSource> source;
+  if (o.device.is_cpu()) {
+    auto cpu = CpuSource::Create(**weights, pool, capacity, o, stops);
+    if (!cpu.ok()) return Fail(cpu.status());
+    source = std::move(*cpu);
+  } else {
+    std::shared_ptr<const ModelWeights> shared(std::move(*weights));
+    auto engine = EngineSource::Create(shared, pool, capacity, o, stops);
+    if (!engine.ok()) return Fail(engine.status());
+    source = std::move(*engine);
   }
   std::unique_ptr<Detokenizer> detok;
   if (tok != nullptr && !o.print_ids) {
@@ -233,26 +392,22 @@ int RunGenerate(int argc, char** argv) {
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto logits = (*runner)->Feed(*prompt);
-  if (!logits.ok()) return Fail(logits.status());
+  auto next = source->First(*prompt);
+  if (!next.ok()) return Fail(next.status());
   const auto t1 = std::chrono::steady_clock::now();
   int64_t generated = 0;
   std::chrono::steady_clock::time_point t2 = t1;
   for (;;) {
-    auto next = (*sampler)->Sample(*logits, &scratch);
-    if (!next.ok()) return Fail(next.status());
     ++generated;
-    const bool stop = std::find(stops.begin(), stops.end(), next->token) !=
-                      stops.end();
     if (o.print_ids) {
       std::printf("%s%d", generated > 1 ? " " : "", next->token);
-    } else if (!stop) {
+    } else if (!next->stop) {
       std::fputs(detok->Feed(next->token).c_str(), stdout);
     }
     std::fflush(stdout);
-    if (stop || generated >= o.n || (*runner)->position() >= capacity) break;
-    logits = (*runner)->Feed({&next->token, 1});
-    if (!logits.ok()) return Fail(logits.status());
+    if (next->last) break;
+    next = source->Next(next->token);
+    if (!next.ok()) return Fail(next.status());
     t2 = std::chrono::steady_clock::now();
   }
   if (detok != nullptr) std::fputs(detok->Finish().c_str(), stdout);
@@ -262,12 +417,13 @@ int RunGenerate(int argc, char** argv) {
   const double decode_s = Seconds(t2 - t1);
   const int64_t decoded = generated - 1;  // tokens fed back after prefill
   std::fprintf(stderr,
-               "[generate] %s (%s), %lld threads, %s kernels\n"
+               "[generate] %s (%s), %lld threads, %s kernels, %s\n"
                "[generate] prefill: %zu tokens in %.3f s = %.1f tok/s\n"
                "[generate] decode: %lld tokens in %.3f s = %.1f tok/s\n",
-               config.name.c_str(), (*weights)->source_format.c_str(),
-               static_cast<long long>(threads), MatMulIsa(), prompt->size(),
-               prefill_s, prompt->size() / std::max(prefill_s, 1e-9),
+               config.name.c_str(), source_format.c_str(),
+               static_cast<long long>(threads), MatMulIsa(),
+               source->Describe().c_str(), prompt->size(), prefill_s,
+               prompt->size() / std::max(prefill_s, 1e-9),
                static_cast<long long>(decoded), decode_s,
                decoded / std::max(decode_s, 1e-9));
   return 0;

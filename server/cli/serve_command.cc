@@ -3,7 +3,9 @@
 // is restarted (the scheduler fails in-flight requests with UNAVAILABLE and
 // reconnects; health is NOT_SERVING meanwhile). SIGTERM/SIGINT drains: the
 // front end stops taking requests and lets open streams finish, then the
-// scheduler and the engine stop.
+// scheduler and the engine stop. A --device other than cpu is checked before
+// anything starts (a missing plugin or GPU would only make the engine exit
+// and be restarted forever).
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backend/backend_loader.h"
+#include "engine/backend/device_spec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/rpc_util.h"
 #include "scheduler/cli_args.h"
@@ -37,6 +41,7 @@ const std::vector<FlagSpec>& Flags() {
       {"vllm-metrics", false, "all three: also export the vllm:* compatibility gauges"},
       {"peak-memory-bandwidth", true, "engine: device peak memory bandwidth in bytes/s (0 = measure at start)"},
       {"threads", true, "engine compute threads"},
+      {"device", true, "engine device: cpu (default), cuda or cuda:N"},
       {"kv-memory", true, "engine KV budget (fraction or bytes)"},
       {"page-size", true, "tokens per KV page"},
       {"max-sequences", true, "engine: sequences live at once"},
@@ -76,6 +81,50 @@ struct Child {
   pid_t pid = -1;
   int restarts = 0;
 };
+
+// Checks --device before the children start: 2 for a malformed device, 1
+// (message on stderr) when its plugin does not load or the device does not
+// answer, else 0. The query runs in a short-lived child process so that this
+// supervisor never holds a device context.
+int CheckDevice(const std::string& text) {
+  auto device = ParseDeviceSpec(text);
+  if (!device.ok()) {
+    std::fprintf(stderr, "pdserve serve: %s\n",
+                 std::string(device.status().message()).c_str());
+    return 2;
+  }
+  if (device->is_cpu()) return 0;
+  int fds[2];
+  if (pipe(fds) != 0) return 0;  // the engine will report it
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return 0;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    auto info = QueryDevice(*device, BackendOptions{});
+    if (info.ok()) _exit(0);
+    const std::string msg(info.status().message());
+    ssize_t unused = write(fds[1], msg.data(), msg.size());
+    (void)unused;
+    _exit(1);
+  }
+  close(fds[1]);
+  std::string msg;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  std::fprintf(stderr, "pdserve serve: --device %s: %s\n",
+               device->ToString().c_str(),
+               msg.empty() ? "the device check failed" : msg.c_str());
+  return 1;
+}
 
 pid_t Spawn(const Child& child) {
   pid_t pid = fork();
@@ -152,6 +201,7 @@ int RunServe(int argc, char** argv) {
                  CliArgs::Usage(Flags()).c_str());
     return args->help() ? 0 : 2;
   }
+  if (int rc = CheckDevice(args->String("device", "cpu")); rc != 0) return rc;
   const std::string host = args->String("host", "127.0.0.1");
   const std::string port = args->String("port", "50051");
   const std::string engine_port =
@@ -170,9 +220,9 @@ int RunServe(int argc, char** argv) {
   Child engine{"engine", {"engine", "--model", args->String("model", ""),
                           "--host", "127.0.0.1", "--port", engine_port,
                           "--metrics-port", metrics[2]}};
-  Forward(*args, engine.args, {"threads", "kv-memory", "page-size",
-                               "max-sequences", "max-step-tokens", "name",
-                               "peak-memory-bandwidth", "config"});
+  Forward(*args, engine.args,
+          {"threads", "device", "kv-memory", "page-size", "max-sequences",
+           "max-step-tokens", "name", "peak-memory-bandwidth", "config"});
   Child sched{"scheduler", {"scheduler", "--engine",
                             absl::StrCat("127.0.0.1:", engine_port), "--host",
                             "127.0.0.1", "--port", scheduler_port,
