@@ -34,13 +34,16 @@ struct BatchView {
 __device__ __forceinline__ int64_t SlotOffset(const KvGeom& g,
                                               const BatchView& b, int s,
                                               int64_t pos) {
-  const int64_t idx = pos / g.page_size;
-  const int64_t first = b.page_start[s];
-  if (pos < 0 || first + idx >= b.page_start[s + 1]) return -1;
+  if (pos < 0 || pos > 0x7fffffff) return -1;
+  const int32_t p32 = static_cast<int32_t>(pos);  // 32-bit division
+  const int32_t idx = p32 / g.page_size;
+  const int32_t slot = p32 - idx * g.page_size;
+  const int32_t first = b.page_start[s];
+  if (first + static_cast<int64_t>(idx) >= b.page_start[s + 1]) return -1;
   const int32_t page = b.page_table[first + idx];
   if (page < 0 || page >= g.num_pages) return -1;
   return page * g.page_stride + g.layer_offset +
-         (pos % g.page_size) * static_cast<int64_t>(g.kv_dim);
+         static_cast<int64_t>(slot) * g.kv_dim;
 }
 
 // Validates the host-side descriptors shared by the attention launchers and

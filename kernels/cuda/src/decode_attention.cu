@@ -2,8 +2,15 @@
 // the KV length split across blocks; each block serves up to kHeads query
 // heads of one KV head so every K/V byte is read once per block. Within a
 // block, a "subgroup" of head_dim/16 lanes handles one key at a time (each
-// lane owns 16 consecutive dims, 16-byte loads), four keys per step.
+// lane owns 16 consecutive dims, 16-byte loads), two keys per step with all
+// their K and V loads issued together.
+//
+// The number of splits is chosen so that the grid fills whole waves of the
+// resident blocks of the current device (queried once per device), so the
+// workspace size depends on the device as well as on the batch.
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "kernels/cuda/src/attention.cuh"
 
@@ -15,9 +22,9 @@ using internal::CeilDiv;
 
 constexpr int kWarps = 4;
 constexpr int kHeads = 4;          // query heads per block
-constexpr int kKeys = 4;           // keys per subgroup per step
-constexpr int kTargetBlocks = 528;  // ~4 blocks per SM on a 132-SM H100/H200
+constexpr int kKeys = 2;           // keys per subgroup per step
 constexpr int kMinSplitKeys = 256;
+constexpr int kFallbackSlots = 132 * 3;  // H100/H200 SMs x blocks per SM
 
 struct Plan {
   int head_groups = 0;
@@ -25,17 +32,31 @@ struct Plan {
   int split_len = 0;
 };
 
+int ResidentSlots();  // after the kernel (needs its occupancy)
+
 Plan MakePlan(const AttentionShape& shape, int num_seqs, int max_kv_len) {
   Plan p;
   const int group = shape.num_heads / shape.num_kv_heads;
   p.head_groups = static_cast<int>(CeilDiv(group, kHeads));
-  const int64_t base =
+  int64_t base =
       static_cast<int64_t>(num_seqs) * shape.num_kv_heads * p.head_groups;
+  if (base < 1) base = 1;
   const int64_t len = max_kv_len < 1 ? 1 : max_kv_len;
-  int64_t splits = CeilDiv(kTargetBlocks, base < 1 ? 1 : base);
-  const int64_t max_splits = CeilDiv(len, kMinSplitKeys);
-  if (splits > max_splits) splits = max_splits;
-  if (splits < 1) splits = 1;
+  const int64_t slots = ResidentSlots();
+  const int64_t max_splits =
+      std::min(CeilDiv(len, kMinSplitKeys), 8 * CeilDiv(slots, base));
+  // The split count whose grid fills its waves best (fewest splits on ties).
+  int64_t splits = 1;
+  double best = 0.0;
+  for (int64_t sp = 1; sp <= max_splits; ++sp) {
+    const int64_t blocks = base * sp;
+    const double eff = static_cast<double>(blocks) /
+                       static_cast<double>(CeilDiv(blocks, slots) * slots);
+    if (eff > best + 1e-9) {
+      best = eff;
+      splits = sp;
+    }
+  }
   const int64_t split_len = CeilDiv(CeilDiv(len, splits), 64) * 64;
   p.split_len = static_cast<int>(split_len);
   p.splits = static_cast<int>(CeilDiv(len, split_len));
@@ -43,7 +64,7 @@ Plan MakePlan(const AttentionShape& shape, int num_seqs, int max_kv_len) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 3)
     DecodeKernel(internal::KvGeom g, internal::BatchView b,
                  const float* __restrict__ q, int64_t qs, float* out,
                  int64_t os, float* ws_acc, float* ws_ml, int num_heads,
@@ -65,8 +86,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int nh = min(kHeads, group - hg * kHeads);
 
   __shared__ __align__(16) float q_sm[kHeads][D];
-  __shared__ float red_m[kWarps][kHeads], red_l[kWarps][kHeads];
-  __shared__ __align__(16) float red_acc[kWarps][kHeads][D];
+  constexpr int kUnits = kWarps * kSub;  // subgroups in the block
+  __shared__ float red_m[kUnits][kHeads], red_l[kUnits][kHeads];
+  __shared__ __align__(16) float red_acc[kUnits][kHeads][D];
   for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
     q_sm[h][d] = h < nh ? q[row * qs + static_cast<int64_t>(h0 + h) * D + d]
@@ -91,23 +113,34 @@ __global__ void __launch_bounds__(kWarps * 32)
        kw += static_cast<int64_t>(kWarps) * kWarpKeys) {
     const int64_t kb = kw + sub * kKeys;
     int64_t off[kKeys];
+    float4 k4[kKeys][4], v4[kKeys][4];
     float p[kKeys][kHeads];
 #pragma unroll
     for (int c = 0; c < kKeys; ++c) {
       off[c] = kb + c < end ? internal::SlotOffset(g, b, s, kb + c) : -1;
     }
+    // Issue every K and V load of the step before any arithmetic.
 #pragma unroll
     for (int c = 0; c < kKeys; ++c) {
-      float4 k4[4];
       if (off[c] >= 0) {
         const float4* kp =
             reinterpret_cast<const float4*>(g.data + off[c] + kv_off);
+        const float4* vp = reinterpret_cast<const float4*>(
+            g.data + off[c] + g.plane + kv_off);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) k4[i] = __ldg(kp + i);
+        for (int i = 0; i < 4; ++i) k4[c][i] = __ldg(kp + i);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v4[c][i] = __ldg(vp + i);
       } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) k4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < 4; ++i) {
+          k4[c][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          v4[c][i] = k4[c][i];
+        }
       }
+    }
+#pragma unroll
+    for (int c = 0; c < kKeys; ++c) {
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
         const float4* qp = reinterpret_cast<const float4*>(&q_sm[h][lo * 16]);
@@ -115,10 +148,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float4 qv = qp[i];
-          dot = fmaf(qv.x, k4[i].x, dot);
-          dot = fmaf(qv.y, k4[i].y, dot);
-          dot = fmaf(qv.z, k4[i].z, dot);
-          dot = fmaf(qv.w, k4[i].w, dot);
+          dot = fmaf(qv.x, k4[c][i].x, dot);
+          dot = fmaf(qv.y, k4[c][i].y, dot);
+          dot = fmaf(qv.z, k4[c][i].z, dot);
+          dot = fmaf(qv.w, k4[c][i].w, dot);
         }
 #pragma unroll
         for (int o = 1; o < kLpk; o <<= 1) {
@@ -132,90 +165,66 @@ __global__ void __launch_bounds__(kWarps * 32)
       float mx = p[0][h];
 #pragma unroll
       for (int c = 1; c < kKeys; ++c) mx = fmaxf(mx, p[c][h]);
-      const float m_new = fmaxf(m[h], mx);
-      if (m_new == -INFINITY) {
+      if (mx > m[h]) {  // new running max: rescale (rare after warm-up)
+        const float alpha = expf(m[h] - mx);  // 0 when m was -inf
+        l[h] *= alpha;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[h][i] *= alpha;
+        m[h] = mx;
+      }
+      if (m[h] == -INFINITY) {  // nothing valid yet
 #pragma unroll
         for (int c = 0; c < kKeys; ++c) p[c][h] = 0.0f;
         continue;
       }
-      const float alpha = expf(m[h] - m_new);
-      float sum = 0.0f;
 #pragma unroll
       for (int c = 0; c < kKeys; ++c) {
-        p[c][h] = expf(p[c][h] - m_new);
-        sum += p[c][h];
+        p[c][h] = expf(p[c][h] - m[h]);
+        l[h] += p[c][h];
       }
-      l[h] = l[h] * alpha + sum;
-      m[h] = m_new;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[h][i] *= alpha;
     }
 #pragma unroll
     for (int c = 0; c < kKeys; ++c) {
       if (off[c] < 0) continue;
-      const float4* vp = reinterpret_cast<const float4*>(
-          g.data + off[c] + g.plane + kv_off);
-      float4 v4[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v4[i] = __ldg(vp + i);
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          acc[h][4 * i] = fmaf(p[c][h], v4[i].x, acc[h][4 * i]);
-          acc[h][4 * i + 1] = fmaf(p[c][h], v4[i].y, acc[h][4 * i + 1]);
-          acc[h][4 * i + 2] = fmaf(p[c][h], v4[i].z, acc[h][4 * i + 2]);
-          acc[h][4 * i + 3] = fmaf(p[c][h], v4[i].w, acc[h][4 * i + 3]);
+          acc[h][4 * i] = fmaf(p[c][h], v4[c][i].x, acc[h][4 * i]);
+          acc[h][4 * i + 1] = fmaf(p[c][h], v4[c][i].y, acc[h][4 * i + 1]);
+          acc[h][4 * i + 2] = fmaf(p[c][h], v4[c][i].z, acc[h][4 * i + 2]);
+          acc[h][4 * i + 3] = fmaf(p[c][h], v4[c][i].w, acc[h][4 * i + 3]);
         }
       }
     }
   }
 
-  // Merge the subgroups of the warp (lanes lo, lo + kLpk, ...).
+  // Every subgroup's partial state goes to shared memory; the block merges
+  // them below (no register-heavy shuffle merge).
+  const int unit = warp * kSub + sub;
 #pragma unroll
-  for (int o = kLpk; o < 32; o <<= 1) {
+  for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
-    for (int h = 0; h < kHeads; ++h) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m[h], o);
-      const float lo_l = __shfl_xor_sync(0xffffffffu, l[h], o);
-      float ao[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        ao[i] = __shfl_xor_sync(0xffffffffu, acc[h][i], o);
-      }
-      const float mn = fmaxf(m[h], mo);
-      if (mn == -INFINITY) continue;
-      const float a = expf(m[h] - mn), bb = expf(mo - mn);
-      l[h] = l[h] * a + lo_l * bb;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[h][i] = acc[h][i] * a + ao[i] * bb;
-      m[h] = mn;
+    for (int i = 0; i < 16; i += 4) {
+      *reinterpret_cast<float4*>(&red_acc[unit][h][lo * 16 + i]) =
+          make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]);
     }
-  }
-  if (sub == 0) {
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) red_acc[warp][h][lo * 16 + i] = acc[h][i];
-      if (lo == 0) {
-        red_m[warp][h] = m[h];
-        red_l[warp][h] = l[h];
-      }
+    if (lo == 0) {
+      red_m[unit][h] = m[h];
+      red_l[unit][h] = l[h];
     }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
     float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w][h]);
+    for (int u = 0; u < kUnits; ++u) mx = fmaxf(mx, red_m[u][h]);
     float a = 0.0f, sum = 0.0f;
     if (mx != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = expf(red_m[w][h] - mx);
-        a += red_acc[w][h][d] * f;
-        sum += red_l[w][h] * f;
+      for (int u = 0; u < kUnits; ++u) {
+        const float f = expf(red_m[u][h] - mx);
+        a += red_acc[u][h][d] * f;
+        sum += red_l[u][h] * f;
       }
     }
     if (splits == 1) {
@@ -256,6 +265,32 @@ __global__ void CombineKernel(internal::BatchView b, const float* ws_acc,
   }
   out[row * os + static_cast<int64_t>(h) * head_dim + d] =
       sum > 0.0f ? a / sum : 0.0f;
+}
+
+// Blocks of DecodeKernel<128> resident at once on the current device
+// (SMs x occupancy), cached per device; a fallback when the query fails.
+int ResidentSlots() {
+  static std::mutex mu;
+  static int cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError();
+    return kFallbackSlots;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache[dev] == 0) {
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, DecodeKernel<128>, kWarps * 32, 0) != cudaSuccess ||
+        sms <= 0 || per_sm <= 0) {
+      cudaGetLastError();
+      return kFallbackSlots;
+    }
+    cache[dev] = sms * per_sm;
+  }
+  return cache[dev];
 }
 
 }  // namespace
