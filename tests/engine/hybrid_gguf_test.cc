@@ -231,6 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGgufTest,
 struct Edits {
   std::string skip_tensor;
   std::string skip_key;
+  std::function<bool(const std::string& name)> drop;  // more tensors to skip
   // May change a tensor's type, dims (GGML order) and bytes.
   std::function<void(const std::string& name, DType& type,
                      std::vector<int64_t>& dims, std::string& bytes)>
@@ -261,7 +262,7 @@ std::string Rewrite(const std::string& src, const std::string& out_name,
     if (key != e.skip_key) w.SetValue(key, value);
   }
   for (const GgufTensorInfo& t : (*f)->tensors()) {
-    if (t.name == e.skip_tensor) continue;
+    if (t.name == e.skip_tensor || (e.drop && e.drop(t.name))) continue;
     DType type = t.type;
     std::vector<int64_t> dims = t.dims;
     std::string bytes(static_cast<const char*>(t.data), t.num_bytes);
@@ -370,6 +371,46 @@ TEST(HybridGgufRewriteTest, OutProjectionInSplitBlocksIsUnimplemented) {
   EXPECT_NE(w.status().message().find("blk.0.ssm_out.weight"),
             std::string::npos)
       << w.status();
+}
+
+// Older converters wrote Qwen3-Next's in_proj_qkvz unchanged as ssm_in
+// (rows grouped per key head: q_g | k_g | v_g | z_g); llama.cpp still reads
+// it. Rebuilt here from attn_qkv + attn_gate, it gives the golden logits.
+TEST(HybridGgufRewriteTest, LegacySsmInLoads) {
+  auto f = GgufFile::Open(kHybridDir + "/tiny_qwen3_next.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const int64_t nk = 2, kd = 8, rvd = 2 * 8, hidden = 32, row = hidden * 4;
+  Edits e;
+  e.drop = [](const std::string& n) {
+    return n.find("attn_qkv") != std::string::npos ||
+           n.find("attn_gate") != std::string::npos;
+  };
+  e.extra = [&](GgufWriter& w) {
+    for (int64_t l : {0, 2}) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      const GgufTensorInfo* qkv = (*f)->FindTensor(b + "attn_qkv.weight");
+      const GgufTensorInfo* z = (*f)->FindTensor(b + "attn_gate.weight");
+      ASSERT_NE(qkv, nullptr);
+      ASSERT_NE(z, nullptr);
+      auto rows = [&](const GgufTensorInfo* t, int64_t first, int64_t n) {
+        return std::string(static_cast<const char*>(t->data) + first * row,
+                           n * row);
+      };
+      std::string out;
+      for (int64_t g = 0; g < nk; ++g) {
+        out += rows(qkv, g * kd, kd);                  // q_g
+        out += rows(qkv, nk * kd + g * kd, kd);        // k_g
+        out += rows(qkv, 2 * nk * kd + g * rvd, rvd);  // v_g
+        out += rows(z, g * rvd, rvd);                  // z_g
+      }
+      ASSERT_TRUE(w.AddTensor(b + "ssm_in.weight", DType::kF32,
+                              {hidden, nk * (2 * kd + 2 * rvd)}, out)
+                      .ok());
+    }
+  };
+  auto w = Load(Rewrite("tiny_qwen3_next.gguf", "ssm_in.gguf", e));
+  ASSERT_NE(w, nullptr);
+  hybrid_test::CheckGolden(*w, kHybridDir + "/tiny_qwen3_next", 1e-4f);
 }
 
 // A file with an MTP block (nextn_predict_layers = 1: one more block, its
