@@ -291,6 +291,7 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   }
 
   const int64_t t = max_tokens_;
+  qkv_width_ = c.q_dim() + 2 * c.kv_dim();
   const int64_t half = c.rope_dims / 2;
   struct Buf {
     float **p;
@@ -299,12 +300,9 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   };
   for (const Buf &b : {Buf{&x_, t * c.hidden_size, "activations"},
                        Buf{&xn_, t * c.hidden_size, "activations"},
-                       Buf{&q_, t * c.q_dim(), "activations"},
-                       Buf{&k_, t * c.kv_dim(), "activations"},
-                       Buf{&v_, t * c.kv_dim(), "activations"},
+                       Buf{&qkv_, t * qkv_width_, "activations"},
                        Buf{&attn_, t * c.q_dim(), "activations"},
-                       Buf{&gate_, t * c.intermediate_size, "activations"},
-                       Buf{&up_, t * c.intermediate_size, "activations"},
+                       Buf{&gu_, t * 2 * c.intermediate_size, "activations"},
                        Buf{&proj_, t * c.hidden_size, "activations"},
                        Buf{&cos_, t * half, "RoPE tables"},
                        Buf{&sin_, t * half, "RoPE tables"},

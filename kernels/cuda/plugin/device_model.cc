@@ -35,6 +35,7 @@ struct Item {
   int64_t dev_row_bytes = 0;
   int64_t offset = 0;
   int64_t bytes = 0;
+  bool follows_prev = false;  // placed right after the previous item
 };
 
 absl::Status CopyMatrix(const Item &it, uint8_t *base) {
@@ -78,7 +79,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
   std::unique_ptr<DeviceModel> m(new DeviceModel());
   m->layers.resize(w.layers.size());
   std::vector<Item> items;
-  auto add_matrix = [&](const WeightView &v, cuda::DeviceMatrix *out) {
+  std::vector<bool> fused;  // per layer: qkv, gate_up
+  auto add_matrix = [&](const WeightView &v, cuda::DeviceMatrix *out,
+                        bool follows_prev = false) {
     Item it;
     it.view = &v;
     it.out = out;
@@ -88,7 +91,14 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
                            ? DeviceRowBytes(v.type, v.cols, v.row_bytes)
                            : v.cols * 2;
     it.bytes = it.dev_row_bytes * v.rows;
+    if (follows_prev && !items.empty()) {
+      const Item &prev = items.back();
+      it.follows_prev = prev.view != nullptr && prev.dev_type == it.dev_type &&
+                        prev.dev_row_bytes == it.dev_row_bytes &&
+                        prev.view->cols == v.cols;
+    }
     items.push_back(it);
+    return it.follows_prev;
   };
   auto add_vec = [&](const float *v, int64_t n, const float **out) {
     if (v == nullptr) return;
@@ -106,19 +116,21 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights &lw = w.layers[l];
     DeviceLayer &d = m->layers[l];
-    for (auto [src, dst] : {std::pair{&lw.wq, &d.wq},
-                            {&lw.wk, &d.wk},
-                            {&lw.wv, &d.wv},
-                            {&lw.wo, &d.wo},
-                            {&lw.w_gate, &d.w_gate},
-                            {&lw.w_up, &d.w_up},
-                            {&lw.w_down, &d.w_down}}) {
-      if (src->empty()) {
+    for (const WeightView *v :
+         {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
+      if (v->empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "model ", c.name, ": layer ", l, " lacks a dense weight matrix"));
       }
-      add_matrix(*src, dst);
     }
+    add_matrix(lw.wq, &d.wq);
+    const bool qk = add_matrix(lw.wk, &d.wk, true);
+    const bool kv = add_matrix(lw.wv, &d.wv, true);
+    fused.push_back(qk && kv);
+    add_matrix(lw.wo, &d.wo);
+    add_matrix(lw.w_gate, &d.w_gate);
+    fused.push_back(add_matrix(lw.w_up, &d.w_up, true));
+    add_matrix(lw.w_down, &d.w_down);
     add_vec(lw.attn_norm, c.hidden_size, &d.attn_norm);
     add_vec(lw.ffn_norm, c.hidden_size, &d.ffn_norm);
     if (c.qk_norm) {
@@ -127,10 +139,13 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
     }
   }
   int64_t total = 0;
-  for (Item &it : items) {
-    it.offset = total;
-    total += AlignUp(it.bytes, kAlign);
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item &it = items[i];
+    it.offset = it.follows_prev ? items[i - 1].offset + items[i - 1].bytes
+                                : AlignUp(total, kAlign);
+    total = it.offset + it.bytes;
   }
+  total = AlignUp(total, kAlign);
   cudaError_t e = cudaMalloc(&m->arena_, std::max<int64_t>(total, kAlign));
   if (e != cudaSuccess) {
     m->arena_ = nullptr;
@@ -156,6 +171,17 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
     it.out->data = base + it.offset;
   }
   if (tied) m->lm_head = m->embedding;
+  for (size_t l = 0; l < m->layers.size(); ++l) {
+    DeviceLayer &d = m->layers[l];
+    if (fused[2 * l]) {
+      d.wqkv = d.wq;
+      d.wqkv.rows = d.wq.rows + d.wk.rows + d.wv.rows;
+    }
+    if (fused[2 * l + 1]) {
+      d.w_gate_up = d.w_gate;
+      d.w_gate_up.rows = d.w_gate.rows + d.w_up.rows;
+    }
+  }
   // Pageable-memory copies may still be in flight on the legacy stream,
   // which the runner's non-blocking streams do not wait for.
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());

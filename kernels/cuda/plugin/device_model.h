@@ -16,6 +16,10 @@ namespace pdserve::cuda_runner {
 // One dense decoder layer on the device. Norm vectors are f32.
 struct DeviceLayer {
   cuda::DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // wq|wk|wv and w_gate|w_up stored back to back (same type and row bytes),
+  // as one matrix each, so one matrix product computes them; data is null
+  // when the parts differ in type.
+  cuda::DeviceMatrix wqkv, w_gate_up;
   const float *attn_norm = nullptr;
   const float *ffn_norm = nullptr;
   const float *q_norm = nullptr;  // Qwen3 only, [head_dim]

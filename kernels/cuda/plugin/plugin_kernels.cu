@@ -159,6 +159,107 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+struct PrepParams {
+  QkvPrep prep;
+  float *kv;
+  int64_t page_stride;
+  int64_t layer_offset;
+  int64_t value_offset;
+  int64_t kv_dim;
+  int32_t page_size;
+  int32_t num_pages;
+  int32_t num_seqs;
+  const int32_t *q_start;
+  const int32_t *start_pos;
+  const int32_t *page_start;
+  const int32_t *page_table;
+};
+
+constexpr int kPrepWarps = 4;
+
+// One block per row; each warp takes whole heads (staged in shared memory).
+__global__ void __launch_bounds__(kPrepWarps * 32)
+    QkNormRopeStoreKernel(PrepParams p) {
+  extern __shared__ float stage[];  // [kPrepWarps][head_dim]
+  __shared__ long long s_dst;       // this row's key slot, -1: none
+  const QkvPrep &q = p.prep;
+  const int r = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int hd = q.head_dim, half = q.half;
+  if (threadIdx.x == 0) {
+    int lo = 0, hi = p.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.q_start[mid] <= r)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t pos =
+        static_cast<int64_t>(p.start_pos[lo]) + (r - p.q_start[lo]);
+    const int64_t e = pos / p.page_size;
+    long long dst = -1;
+    if (pos >= 0 && e < p.page_start[lo + 1] - p.page_start[lo]) {
+      const int32_t page = p.page_table[p.page_start[lo] + e];
+      if (page >= 0 && page < p.num_pages) {
+        dst = page * p.page_stride + p.layer_offset +
+              (pos % p.page_size) * p.kv_dim;
+      }
+    }
+    s_dst = dst;
+  }
+  __syncthreads();
+  const long long dst = s_dst;
+  float *row = q.qkv + static_cast<int64_t>(r) * q.stride;
+  const float *cs = q.cos + static_cast<int64_t>(r) * half;
+  const float *sn = q.sin + static_cast<int64_t>(r) * half;
+  float *w = stage + warp * hd;
+  const int heads = q.num_heads + q.num_kv_heads;
+  for (int h = warp; h < heads; h += kPrepWarps) {
+    const bool is_k = h >= q.num_heads;
+    float *v = row + static_cast<int64_t>(h) * hd;  // k heads follow q heads
+    const float *nw = is_k ? q.k_norm : q.q_norm;
+    for (int i = lane; i < hd; i += 32) w[i] = v[i];
+    __syncwarp();
+    if (nw != nullptr) {
+      float ss = 0.0f;
+      for (int i = lane; i < hd; i += 32) ss = fmaf(w[i], w[i], ss);
+      ss = WarpSum(ss);
+      const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + q.eps);
+      for (int i = lane; i < hd; i += 32) w[i] = nw[i] * (w[i] * scale);
+      __syncwarp();
+    }
+    for (int i = lane; i < half; i += 32) {  // each lane owns its pairs
+      const int a = q.neox ? i : 2 * i;
+      const int b = q.neox ? i + half : 2 * i + 1;
+      const float x0 = w[a], x1 = w[b];
+      const float c = cs[i], s = sn[i];
+      w[a] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+      w[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    __syncwarp();
+    float *kdst = (is_k && dst >= 0)
+                      ? p.kv + dst + static_cast<int64_t>(h - q.num_heads) * hd
+                      : nullptr;
+    for (int i = lane; i < hd; i += 32) {
+      v[i] = w[i];
+      if (kdst != nullptr) kdst[i] = w[i];
+    }
+    __syncwarp();  // the stage is reused by the warp's next head
+  }
+  if (dst >= 0) {
+    const float *vv = row + static_cast<int64_t>(heads) * hd;
+    float *vdst = p.kv + dst + p.value_offset;
+    for (int64_t i = threadIdx.x; i < p.kv_dim; i += blockDim.x)
+      vdst[i] = vv[i];
+  }
+}
+
 }  // namespace
 
 cudaError_t GatherRows(const float *src, int64_t src_stride, int64_t src_rows,
@@ -230,6 +331,44 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
                   static_cast<unsigned>(shape.num_kv_heads));
   FallbackAttentionKernel<<<grid, kThreads, FallbackAttentionSmemBytes(shape),
                             stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
+                            int64_t layer, const cuda::AttentionBatch &batch,
+                            cudaStream_t stream) {
+  if (batch.total_rows <= 0 || batch.num_seqs <= 0) return cudaSuccess;
+  const int64_t width =
+      static_cast<int64_t>(prep.num_heads + 2 * prep.num_kv_heads) *
+      prep.head_dim;
+  if (prep.qkv == nullptr || prep.cos == nullptr || prep.sin == nullptr ||
+      prep.head_dim < 1 || prep.head_dim > 512 || prep.half < 0 ||
+      2 * prep.half > prep.head_dim || prep.stride < width ||
+      prep.num_heads < 1 || prep.num_kv_heads < 1 || kv.data == nullptr ||
+      kv.kv_dim != static_cast<int64_t>(prep.num_kv_heads) * prep.head_dim ||
+      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff ||
+      batch.q_start == nullptr || batch.start_pos == nullptr ||
+      batch.page_start == nullptr || batch.page_table == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  PrepParams p;
+  p.prep = prep;
+  p.kv = kv.data;
+  p.page_stride = kv.page_stride_floats;
+  p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
+  p.value_offset = kv.page_size * kv.kv_dim;
+  p.kv_dim = kv.kv_dim;
+  p.page_size = static_cast<int32_t>(kv.page_size);
+  p.num_pages = static_cast<int32_t>(kv.num_pages);
+  p.num_seqs = batch.num_seqs;
+  p.q_start = batch.q_start;
+  p.start_pos = batch.start_pos;
+  p.page_start = batch.page_start;
+  p.page_table = batch.page_table;
+  QkNormRopeStoreKernel<<<static_cast<unsigned>(batch.total_rows),
+                          kPrepWarps * 32,
+                          kPrepWarps * prep.head_dim * sizeof(float), stream>>>(
+      p);
   return cudaGetLastError();
 }
 

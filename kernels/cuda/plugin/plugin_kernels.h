@@ -36,6 +36,35 @@ int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape &shape);
 // outside graph capture before launches that need more than 48 KiB).
 cudaError_t PrepareFallbackAttention(int64_t bytes);
 
+// One launch for the attention inputs of `layer`: for each row r <
+// batch.total_rows of qkv ([rows][stride] floats: q heads, then k heads,
+// then v heads, head_dim each), in place:
+//   - per-head RMSNorm of q and k heads when q_norm / k_norm are non-null
+//     (Qwen3; weight[head_dim], 1/sqrt(mean(x^2) + eps), f32),
+//   - RoPE on the first 2 * half dims of every q and k head with the row's
+//     tables cos/sin [rows][half] (cuda::RopeCosSin) and the arithmetic of
+//     cuda::ApplyRope (no FMA contraction),
+//   - the row's key and value stored into its KV page slot, exactly as
+//     cuda::StoreKv (a missing or out-of-range page entry: not stored).
+// Replaces HeadRmsNorm x2 + ApplyRope x2 + StoreKv. head_dim <= 512.
+struct QkvPrep {
+  float *qkv = nullptr;
+  int64_t stride = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t half = 0;  // rotated pairs per head
+  bool neox = true;
+  const float *q_norm = nullptr;
+  const float *k_norm = nullptr;
+  float eps = 0.0f;
+  const float *cos = nullptr;
+  const float *sin = nullptr;
+};
+cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
+                            int64_t layer, const cuda::AttentionBatch &batch,
+                            cudaStream_t stream);
+
 }  // namespace pdserve::cuda_runner
 
 #endif  // PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_

@@ -60,7 +60,9 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
 
 CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
   const int32_t hd = shape_.head_dim;
-  if (hd != 64 && hd != 128 && hd != 256) return AttnKind::kFallback;
+  if ((hd != 64 && hd != 128 && hd != 256) || plan.seqs > 65535) {
+    return AttnKind::kFallback;
+  }
   if (plan.decode && plan.seqs <= 65535) {
     // 0 bytes: one split per sequence, no partials to combine.
     const int64_t need = cuda::DecodeAttentionWorkspaceBytes(
@@ -76,17 +78,19 @@ absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
   const int64_t qd = config_.q_dim();
   switch (kind) {
     case AttnKind::kDecode:
-      PDSERVE_CUDA_RETURN_IF_ERROR(
-          cuda::DecodeAttention(kv_, layer, plan.attn, shape_, q_, qd, attn_,
-                                qd, decode_ws_, decode_ws_bytes_, compute_));
+      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::DecodeAttention(
+          kv_, layer, plan.attn, shape_, qkv_, qkv_width_, attn_, qd,
+          decode_ws_, decode_ws_bytes_, compute_));
       break;
     case AttnKind::kPrefill:
-      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrefillAttention(
-          kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cuda::PrefillAttention(kv_, layer, plan.attn, shape_, qkv_,
+                                 qkv_width_, attn_, qd, compute_));
       break;
     case AttnKind::kFallback:
-      PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(
-          kv_, layer, plan.attn, shape_, q_, qd, attn_, qd, compute_));
+      PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(kv_, layer, plan.attn,
+                                                     shape_, qkv_, qkv_width_,
+                                                     attn_, qd, compute_));
       break;
   }
   return absl::OkStatus();
@@ -96,49 +100,61 @@ absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
   const ModelConfig &c = config_;
   const int64_t rows = plan.rows;
   const int64_t hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t inter = c.intermediate_size, hd = c.head_dim;
-  const int64_t half = c.rope_dims / 2;
+  const int64_t inter = c.intermediate_size;
   const float eps = c.rms_norm_eps;
-  const cuda::RopeMode rope = c.rope_style == RopeStyle::kNeox
-                                  ? cuda::RopeMode::kNeox
-                                  : cuda::RopeMode::kInterleaved;
   const AttnKind attn_kind = ChooseAttention(plan);
   PDSERVE_CUDA_RETURN_IF_ERROR(cuda::EmbeddingGather(
       model_->embedding, plan.tokens, rows, x_, hidden, compute_));
   PDSERVE_CUDA_RETURN_IF_ERROR(cuda::RopeCosSin(
       plan.positions, rows, c.rope_dims, c.rope_theta, cos_, sin_, compute_));
+  QkvPrep prep;
+  prep.qkv = qkv_;
+  prep.stride = qkv_width_;
+  prep.num_heads = static_cast<int32_t>(c.num_heads);
+  prep.num_kv_heads = static_cast<int32_t>(c.num_kv_heads);
+  prep.head_dim = static_cast<int32_t>(c.head_dim);
+  prep.half = static_cast<int32_t>(c.rope_dims / 2);
+  prep.neox = c.rope_style == RopeStyle::kNeox;
+  prep.eps = eps;
+  prep.cos = cos_;
+  prep.sin = sin_;
+  const int64_t gw = 2 * inter;  // gu_ row: [gate | up]
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DeviceLayer &lw = model_->layers[l];
     // x += previous layer's FFN output; xn = norm(x).
     PDSERVE_CUDA_RETURN_IF_ERROR(
         cuda::RmsNormResidual(x_, l == 0 ? nullptr : proj_, lw.attn_norm, eps,
                               rows, hidden, hidden, xn_, compute_));
-    PDSERVE_RETURN_IF_ERROR(Linear(lw.wq, xn_, hidden, rows, q_, qd));
-    PDSERVE_RETURN_IF_ERROR(Linear(lw.wk, xn_, hidden, rows, k_, kvd));
-    PDSERVE_RETURN_IF_ERROR(Linear(lw.wv, xn_, hidden, rows, v_, kvd));
-    if (c.qk_norm) {
-      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::HeadRmsNorm(
-          q_, rows, qd, c.num_heads, hd, lw.q_norm, eps, compute_));
-      PDSERVE_CUDA_RETURN_IF_ERROR(cuda::HeadRmsNorm(
-          k_, rows, kvd, c.num_kv_heads, hd, lw.k_norm, eps, compute_));
+    if (lw.wqkv.data != nullptr) {
+      PDSERVE_RETURN_IF_ERROR(
+          Linear(lw.wqkv, xn_, hidden, rows, qkv_, qkv_width_));
+    } else {
+      PDSERVE_RETURN_IF_ERROR(
+          Linear(lw.wq, xn_, hidden, rows, qkv_, qkv_width_));
+      PDSERVE_RETURN_IF_ERROR(
+          Linear(lw.wk, xn_, hidden, rows, qkv_ + qd, qkv_width_));
+      PDSERVE_RETURN_IF_ERROR(
+          Linear(lw.wv, xn_, hidden, rows, qkv_ + qd + kvd, qkv_width_));
     }
-    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::ApplyRope(
-        q_, rows, qd, c.num_heads, hd, half, cos_, sin_, rope, compute_));
-    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::ApplyRope(
-        k_, rows, kvd, c.num_kv_heads, hd, half, cos_, sin_, rope, compute_));
+    prep.q_norm = c.qk_norm ? lw.q_norm : nullptr;
+    prep.k_norm = c.qk_norm ? lw.k_norm : nullptr;
     PDSERVE_CUDA_RETURN_IF_ERROR(
-        cuda::StoreKv(kv_, l, plan.attn, k_, kvd, v_, kvd, compute_));
+        QkNormRopeStore(prep, kv_, l, plan.attn, compute_));
     PDSERVE_RETURN_IF_ERROR(Attention(plan, attn_kind, l));
     PDSERVE_RETURN_IF_ERROR(Linear(lw.wo, attn_, qd, rows, proj_, hidden));
     // x += attention output; xn = norm(x).
     PDSERVE_CUDA_RETURN_IF_ERROR(cuda::RmsNormResidual(
         x_, proj_, lw.ffn_norm, eps, rows, hidden, hidden, xn_, compute_));
-    PDSERVE_RETURN_IF_ERROR(Linear(lw.w_gate, xn_, hidden, rows, gate_, inter));
-    PDSERVE_RETURN_IF_ERROR(Linear(lw.w_up, xn_, hidden, rows, up_, inter));
-    PDSERVE_CUDA_RETURN_IF_ERROR(cuda::SwiGlu(gate_, inter, up_, inter, rows,
-                                              inter, gate_, inter, compute_));
-    PDSERVE_RETURN_IF_ERROR(
-        Linear(lw.w_down, gate_, inter, rows, proj_, hidden));
+    if (lw.w_gate_up.data != nullptr) {
+      PDSERVE_RETURN_IF_ERROR(Linear(lw.w_gate_up, xn_, hidden, rows, gu_, gw));
+    } else {
+      PDSERVE_RETURN_IF_ERROR(Linear(lw.w_gate, xn_, hidden, rows, gu_, gw));
+      PDSERVE_RETURN_IF_ERROR(
+          Linear(lw.w_up, xn_, hidden, rows, gu_ + inter, gw));
+    }
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cuda::SwiGlu(gu_, gw, gu_ + inter, gw, rows, inter, gu_, gw, compute_));
+    PDSERVE_RETURN_IF_ERROR(Linear(lw.w_down, gu_, gw, rows, proj_, hidden));
   }
   PDSERVE_CUDA_RETURN_IF_ERROR(
       cuda::AddInPlace(x_, proj_, rows * hidden, compute_));

@@ -145,9 +145,11 @@ class CudaRunner final : public ForwardBackend {
   int32_t *host_sampled_ = nullptr;
   float *host_logprobs_ = nullptr;
   // Activations [max_tokens][width].
-  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr,
-        *v_ = nullptr, *attn_ = nullptr, *gate_ = nullptr, *up_ = nullptr,
-        *proj_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
+  // qkv_: [q | k | v] per row (qkv_width_ floats); gu_: [gate | up] per
+  // row (2 * intermediate), SwiGLU written over the gate half.
+  float *x_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr,
+        *gu_ = nullptr, *proj_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
+  int64_t qkv_width_ = 0;
   float *head_x_ = nullptr, *head_xn_ = nullptr;  // [lm_chunk][hidden]
   void *gemm_scratch_ = nullptr;
   int64_t gemm_scratch_bytes_ = 0;
