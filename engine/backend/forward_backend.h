@@ -62,7 +62,11 @@ class ForwardBackend {
 
   // Optional: run and sample on the device, one SampledToken per span (from
   // its last row), without copying logits to the host. UNIMPLEMENTED when
-  // the backend cannot (the engine then calls Run and samples on the host).
+  // the backend cannot (the engine then calls Run for the same batch and
+  // samples on the host), so UNIMPLEMENTED must come before any KV or state
+  // is written. Greedy (temperature 0) must pick the host Sampler's token:
+  // the highest logit, the lowest id among ties; logprob is log-softmax of
+  // the raw logits at that token.
   virtual absl::Status RunAndSample(
       absl::Span<const SequenceSpan> batch,
       absl::Span<const DeviceSamplingParams> params,

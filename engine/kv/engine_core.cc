@@ -117,9 +117,10 @@ class EngineCore::Impl {
   const std::string& description() const { return description_; }
 
  private:
-  // Runs the staged spans: RunAndSample when `on_device`, else Run into
-  // logits_.
-  absl::Status Forward(bool on_device, ForwardStats* stats);
+  // Runs the staged spans: RunAndSample when *on_device, else Run into
+  // logits_. A backend answering UNIMPLEMENTED (it cannot sample this step)
+  // gets Run instead, and *on_device turns false.
+  absl::Status Forward(bool* on_device, ForwardStats* stats);
   absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
   // Samples every sequence in to_sample_ into sampled_, on all threads.
   void SampleAll();
@@ -328,7 +329,7 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   ForwardStats fstats;
   const int64_t t1 = options_.now_ns();
   if (!spans_.empty()) {
-    if (absl::Status s = Forward(on_device, &fstats); !s.ok()) return s;
+    if (absl::Status s = Forward(&on_device, &fstats); !s.ok()) return s;
     ++forward_steps_;
     last_step_on_device_ = on_device;
   }
@@ -386,31 +387,34 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   return absl::OkStatus();
 }
 
-absl::Status EngineCore::Impl::Forward(bool on_device, ForwardStats* stats) {
-  if (!on_device) {
-    const int64_t rows = ForwardPass::LogitRows(spans_);
-    return backend_->Run(spans_, absl::MakeSpan(logits_.get(), rows * vocab_),
-                         stats);
-  }
-  const size_t n = spans_.size();
-  for (size_t k = 0; k < n; ++k) {
-    const EngineSequence& seq = *span_seq_[k];
-    device_params_[k] = seq.device_params;
-    device_params_[k].step = static_cast<uint64_t>(seq.generated);
-  }
-  absl::Status s = backend_->RunAndSample(
-      spans_, absl::MakeConstSpan(device_params_.data(), n),
-      absl::MakeSpan(device_tokens_.data(), n), stats);
-  if (!s.ok()) return s;
-  for (size_t k = 0; k < n; ++k) {
-    const int32_t t = device_tokens_[k].token;
-    if (t < 0 || t >= vocab_) {
-      return absl::InternalError(
-          absl::StrCat(description_, " sampled token ", t, " for sequence ",
-                       span_seq_[k]->id, ", outside [0, ", vocab_, ")"));
+absl::Status EngineCore::Impl::Forward(bool* on_device, ForwardStats* stats) {
+  if (*on_device) {
+    const size_t n = spans_.size();
+    for (size_t k = 0; k < n; ++k) {
+      const EngineSequence& seq = *span_seq_[k];
+      device_params_[k] = seq.device_params;
+      device_params_[k].step = static_cast<uint64_t>(seq.generated);
     }
+    absl::Status s = backend_->RunAndSample(
+        spans_, absl::MakeConstSpan(device_params_.data(), n),
+        absl::MakeSpan(device_tokens_.data(), n), stats);
+    if (s.ok()) {
+      for (size_t k = 0; k < n; ++k) {
+        const int32_t t = device_tokens_[k].token;
+        if (t < 0 || t >= vocab_) {
+          return absl::InternalError(
+              absl::StrCat(description_, " sampled token ", t, " for sequence ",
+                           span_seq_[k]->id, ", outside [0, ", vocab_, ")"));
+        }
+      }
+      return absl::OkStatus();
+    }
+    if (s.code() != absl::StatusCode::kUnimplemented) return s;
+    *on_device = false;  // nothing ran: the host samples this step
   }
-  return absl::OkStatus();
+  const int64_t rows = ForwardPass::LogitRows(spans_);
+  return backend_->Run(spans_, absl::MakeSpan(logits_.get(), rows * vocab_),
+                       stats);
 }
 
 void EngineCore::Impl::SampleAll() {

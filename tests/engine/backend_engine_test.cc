@@ -240,6 +240,25 @@ class EnvGuard {
   bool had_ = false;
 };
 
+// A backend whose RunAndSample answers UNIMPLEMENTED gets Run + host
+// sampling for that step: same tokens, host logits present.
+TEST(BackendEngineTest, UnimplementedDeviceSamplingFallsBackToRun) {
+  std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(27);
+  ThreadPool threads(2);
+  const auto seqs = ThreeSequences(w->config.vocab_size, SamplingParams{});
+  auto cpu = MakeEngine(w, &threads, Options(DeviceSpec{}));
+  auto dev = MakeEngine(w, &threads, Options(kCuda0));
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(dev, nullptr);
+  EnvGuard off("PDSERVE_TEST_PLUGIN_NO_SAMPLING", "1");
+  const Output a = Play(*cpu, seqs, nullptr);
+  const Output b = Play(*dev, seqs, nullptr);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+  EXPECT_EQ(b.steps_with_host_logits, a.steps_with_host_logits);
+  EXPECT_GT(b.steps_with_host_logits, 0);
+}
+
 TEST(BackendEngineTest, FractionalBudgetIsOfDeviceFreeMemory) {
   std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(24);
   ThreadPool threads(1);

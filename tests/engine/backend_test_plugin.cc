@@ -5,9 +5,11 @@
 //
 // Environment (read on each call): PDSERVE_TEST_PLUGIN_FAIL=1 makes
 // query_device and create_backend fail the way a CUDA plugin without a
-// driver does. Compile with PDSERVE_TEST_PLUGIN_ABI=N (or
-// PDSERVE_TEST_PLUGIN_FINGERPRINT=N) to export that ABI version (layout
-// fingerprint) instead of this build's: the loader must refuse it.
+// driver does; PDSERVE_TEST_PLUGIN_NO_SAMPLING=1 makes RunAndSample answer
+// UNIMPLEMENTED (before running anything). Compile with
+// PDSERVE_TEST_PLUGIN_ABI=N (or PDSERVE_TEST_PLUGIN_FINGERPRINT=N) to export
+// that ABI version (layout fingerprint) instead of this build's: the loader
+// must refuse it.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,10 +41,12 @@ constexpr char kNoDevice[] =
     "cudaGetDeviceCount: no CUDA-capable device is detected "
     "(cudaErrorNoDevice, simulated by the test plugin)";
 
-bool Failing() {
-  const char* f = std::getenv("PDSERVE_TEST_PLUGIN_FAIL");
+bool EnvIs1(const char* name) {
+  const char* f = std::getenv(name);
   return f != nullptr && std::strcmp(f, "1") == 0;
 }
+
+bool Failing() { return EnvIs1("PDSERVE_TEST_PLUGIN_FAIL"); }
 
 void Copy(const std::string& text, char* out, size_t size) {
   if (size == 0) return;
@@ -72,6 +76,9 @@ class TestPluginBackend : public ForwardBackend {
                             absl::Span<const DeviceSamplingParams> params,
                             absl::Span<SampledToken> tokens,
                             ForwardStats* stats) override {
+    if (EnvIs1("PDSERVE_TEST_PLUGIN_NO_SAMPLING")) {
+      return absl::UnimplementedError("test plugin: sampling switched off");
+    }
     if (params.size() != batch.size() || tokens.size() != batch.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "RunAndSample: ", batch.size(), " spans, ", params.size(),
