@@ -23,9 +23,9 @@ namespace pdserve::cuda {
 namespace {
 
 // Peaks of the NVIDIA H200 SXM (datasheet figures).
-constexpr double kHbmBytesPerSec = 4.8e12;       // HBM3e
-constexpr double kFp32SimtFlops = 67e12;         // FP32 (non-tensor)
-constexpr double kBf16TensorFlops = 989e12;      // dense BF16 tensor core
+constexpr double kHbmBytesPerSec = 4.8e12;   // HBM3e
+constexpr double kFp32SimtFlops = 67e12;     // FP32 (non-tensor)
+constexpr double kBf16TensorFlops = 989e12;  // dense BF16 tensor core
 
 // Qwen3-4B attention shape.
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
@@ -33,14 +33,14 @@ constexpr int kPageSize = 16;
 
 int g_iters = 20;
 
-#define BENCH_CHECK(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t _e = (expr);                                         \
-    if (_e != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s / %s\n", #expr,                  \
-                   cudaGetErrorString(_e), LastErrorDetail());             \
-      std::exit(1);                                                        \
-    }                                                                      \
+#define BENCH_CHECK(expr)                                      \
+  do {                                                         \
+    const cudaError_t _e = (expr);                             \
+    if (_e != cudaSuccess) {                                   \
+      std::fprintf(stderr, "%s failed: %s / %s\n", #expr,      \
+                   cudaGetErrorString(_e), LastErrorDetail()); \
+      std::exit(1);                                            \
+    }                                                          \
   } while (0)
 
 template <typename T>
@@ -54,8 +54,8 @@ T* DeviceAlloc(size_t n) {
 template <typename T>
 T* DeviceCopy(const std::vector<T>& v) {
   T* p = DeviceAlloc<T>(v.size());
-  BENCH_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T),
-                         cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   return p;
 }
 
@@ -150,21 +150,21 @@ void FreePaged(PagedSetup& s) {
 
 void BenchDecodeAttention(int batch, int ctx) {
   PagedSetup s = MakePaged(batch, ctx, 1);
-  const int64_t ws_bytes =
-      DecodeAttentionWorkspaceBytes(s.shape, batch, ctx);
+  const int64_t ws_bytes = DecodeAttentionWorkspaceBytes(s.shape, batch, ctx);
   uint8_t* ws = DeviceAlloc<uint8_t>(std::max<int64_t>(ws_bytes, 16));
   const int64_t width = kHeads * kHeadDim;
   const double us = TimeUs([&] {
     BENCH_CHECK(DecodeAttention(s.kv, 0, s.batch, s.shape, s.q, width, s.out,
                                 width, ws, ws_bytes, nullptr));
   });
-  const double bytes = static_cast<double>(batch) * ctx * kKvHeads *
-                       kHeadDim * 2 * sizeof(float);
-  std::printf("{\"bench\":\"decode_attention\",\"ctx\":%d,\"batch\":%d,"
-              "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"us\":%.2f,"
-              "\"kv_bytes\":%.0f,\"gb_per_s\":%.1f,\"frac_hbm\":%.3f}\n",
-              ctx, batch, kHeads, kKvHeads, kHeadDim, us, bytes,
-              bytes / us * 1e-3, bytes / (us * 1e-6) / kHbmBytesPerSec);
+  const double bytes = static_cast<double>(batch) * ctx * kKvHeads * kHeadDim *
+                       2 * sizeof(float);
+  std::printf(
+      "{\"bench\":\"decode_attention\",\"ctx\":%d,\"batch\":%d,"
+      "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"us\":%.2f,"
+      "\"kv_bytes\":%.0f,\"gb_per_s\":%.1f,\"frac_hbm\":%.3f}\n",
+      ctx, batch, kHeads, kKvHeads, kHeadDim, us, bytes, bytes / us * 1e-3,
+      bytes / (us * 1e-6) / kHbmBytesPerSec);
   cudaFree(ws);
   FreePaged(s);
 }
@@ -173,16 +173,16 @@ void BenchPrefillAttention(int seq_len) {
   PagedSetup s = MakePaged(1, seq_len, seq_len);
   const int64_t width = kHeads * kHeadDim;
   const double us = TimeUs([&] {
-    BENCH_CHECK(PrefillAttention(s.kv, 0, s.batch, s.shape, s.q, width,
-                                 s.out, width, nullptr));
+    BENCH_CHECK(PrefillAttention(s.kv, 0, s.batch, s.shape, s.q, width, s.out,
+                                 width, nullptr));
   });
   // Causal: row i sees i + 1 keys; QK^T and PV, 2 flops per multiply-add.
   const double keys = static_cast<double>(seq_len) * (seq_len + 1) / 2;
   const double flops = 4.0 * keys * kHeadDim * kHeads;
-  std::printf("{\"bench\":\"prefill_attention\",\"tokens\":%d,\"us\":%.1f,"
-              "\"tflop_per_s\":%.2f,\"frac_fp32_simt\":%.3f}\n",
-              seq_len, us, flops / us * 1e-6,
-              flops / (us * 1e-6) / kFp32SimtFlops);
+  std::printf(
+      "{\"bench\":\"prefill_attention\",\"tokens\":%d,\"us\":%.1f,"
+      "\"tflop_per_s\":%.2f,\"frac_fp32_simt\":%.3f}\n",
+      seq_len, us, flops / us * 1e-6, flops / (us * 1e-6) / kFp32SimtFlops);
   FreePaged(s);
 }
 
@@ -190,11 +190,22 @@ void BenchMatVec(WType type, const char* name, int64_t rows, int64_t cols,
                  int64_t tokens) {
   int64_t row_bytes = 0;
   switch (type) {
-    case WType::kBF16: case WType::kF16: row_bytes = cols * 2; break;
-    case WType::kF32: row_bytes = cols * 4; break;
-    case WType::kQ8_0: row_bytes = cols / 32 * 34; break;
-    case WType::kQ4_0: row_bytes = cols / 32 * 18; break;
-    case WType::kQ4_1: row_bytes = cols / 32 * 20; break;
+    case WType::kBF16:
+    case WType::kF16:
+      row_bytes = cols * 2;
+      break;
+    case WType::kF32:
+      row_bytes = cols * 4;
+      break;
+    case WType::kQ8_0:
+      row_bytes = cols / 32 * 34;
+      break;
+    case WType::kQ4_0:
+      row_bytes = cols / 32 * 18;
+      break;
+    case WType::kQ4_1:
+      row_bytes = cols / 32 * 20;
+      break;
   }
   // Random bytes: finite for bf16 when the exponent bits are masked; zeros
   // would do for timing, but keep the arithmetic realistic.
@@ -206,16 +217,16 @@ void BenchMatVec(WType type, const char* name, int64_t rows, int64_t cols,
   FillRandom(x, tokens * cols, 5);
   float* y = DeviceAlloc<float>(tokens * rows);
   const DeviceMatrix m{type, rows, cols, row_bytes, w};
-  const double us = TimeUs([&] {
-    BENCH_CHECK(MatVec(m, x, cols, tokens, y, rows, nullptr));
-  });
+  const double us = TimeUs(
+      [&] { BENCH_CHECK(MatVec(m, x, cols, tokens, y, rows, nullptr)); });
   const double bytes = static_cast<double>(rows) * row_bytes;
-  std::printf("{\"bench\":\"matvec\",\"type\":\"%s\",\"rows\":%lld,"
-              "\"cols\":%lld,\"tokens\":%lld,\"us\":%.2f,\"gb_per_s\":%.1f,"
-              "\"frac_hbm\":%.3f}\n",
-              name, static_cast<long long>(rows),
-              static_cast<long long>(cols), static_cast<long long>(tokens),
-              us, bytes / us * 1e-3, bytes / (us * 1e-6) / kHbmBytesPerSec);
+  std::printf(
+      "{\"bench\":\"matvec\",\"type\":\"%s\",\"rows\":%lld,"
+      "\"cols\":%lld,\"tokens\":%lld,\"us\":%.2f,\"gb_per_s\":%.1f,"
+      "\"frac_hbm\":%.3f}\n",
+      name, static_cast<long long>(rows), static_cast<long long>(cols),
+      static_cast<long long>(tokens), us, bytes / us * 1e-3,
+      bytes / (us * 1e-6) / kHbmBytesPerSec);
   cudaFree(w);
   cudaFree(x);
   cudaFree(y);
@@ -234,12 +245,13 @@ void BenchGemm(int64_t rows, int64_t cols, int64_t tokens) {
     BENCH_CHECK(gemm.Run(m, x, cols, tokens, y, rows, scratch, sb, nullptr));
   });
   const double flops = 2.0 * rows * cols * tokens;
-  std::printf("{\"bench\":\"cublas_gemm_bf16\",\"rows\":%lld,\"cols\":%lld,"
-              "\"tokens\":%lld,\"us\":%.1f,\"tflop_per_s\":%.1f,"
-              "\"frac_bf16_tensor\":%.3f}\n",
-              static_cast<long long>(rows), static_cast<long long>(cols),
-              static_cast<long long>(tokens), us, flops / us * 1e-6,
-              flops / (us * 1e-6) / kBf16TensorFlops);
+  std::printf(
+      "{\"bench\":\"cublas_gemm_bf16\",\"rows\":%lld,\"cols\":%lld,"
+      "\"tokens\":%lld,\"us\":%.1f,\"tflop_per_s\":%.1f,"
+      "\"frac_bf16_tensor\":%.3f}\n",
+      static_cast<long long>(rows), static_cast<long long>(cols),
+      static_cast<long long>(tokens), us, flops / us * 1e-6,
+      flops / (us * 1e-6) / kBf16TensorFlops);
   cudaFree(w);
   cudaFree(x);
   cudaFree(y);
@@ -259,16 +271,16 @@ void BenchSampling(int64_t rows, int64_t vocab) {
   int32_t* tokens = DeviceAlloc<int32_t>(rows);
   float* lp = DeviceAlloc<float>(rows);
   for (const Mode& m : modes) {
-    SampleParams* params =
-        DeviceCopy(std::vector<SampleParams>(rows, m.p));
+    SampleParams* params = DeviceCopy(std::vector<SampleParams>(rows, m.p));
     const double us = TimeUs([&] {
-      BENCH_CHECK(SampleRows(logits, rows, vocab, vocab, params, tokens, lp,
-                             nullptr));
+      BENCH_CHECK(
+          SampleRows(logits, rows, vocab, vocab, params, tokens, lp, nullptr));
     });
-    std::printf("{\"bench\":\"sample_rows\",\"mode\":\"%s\",\"rows\":%lld,"
-                "\"vocab\":%lld,\"us\":%.1f}\n",
-                m.name, static_cast<long long>(rows),
-                static_cast<long long>(vocab), us);
+    std::printf(
+        "{\"bench\":\"sample_rows\",\"mode\":\"%s\",\"rows\":%lld,"
+        "\"vocab\":%lld,\"us\":%.1f}\n",
+        m.name, static_cast<long long>(rows), static_cast<long long>(vocab),
+        us);
     cudaFree(params);
   }
   cudaFree(logits);
@@ -289,9 +301,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) g_iters = 5;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("{\"bench\":\"device\",\"name\":\"%s\",\"sms\":%d,"
-              "\"peak_hbm_gb_per_s\":%.0f}\n",
-              prop.name, prop.multiProcessorCount, kHbmBytesPerSec * 1e-9);
+  std::printf(
+      "{\"bench\":\"device\",\"name\":\"%s\",\"sms\":%d,"
+      "\"peak_hbm_gb_per_s\":%.0f}\n",
+      prop.name, prop.multiProcessorCount, kHbmBytesPerSec * 1e-9);
   for (int ctx : {4096, 32768}) BenchDecodeAttention(8, ctx);
   BenchDecodeAttention(1, 32768);
   BenchMatVec(WType::kBF16, "bf16", 4096, 12288, 1);

@@ -110,18 +110,17 @@ cudaError_t HeadRmsNorm(float* x, int64_t rows, int64_t row_stride,
 // (the f32 formula of ForwardPass::PrepareRope), cos[r * half + i] and
 // sin[r * half + i] with half = rot_dims / 2. rot_dims even, >= 2.
 // (mRoPE or other schemes: compute the tables on the host and copy them.)
-cudaError_t RopeCosSin(const int32_t* positions, int64_t rows,
-                       int64_t rot_dims, float theta, float* cos, float* sin,
+cudaError_t RopeCosSin(const int32_t* positions, int64_t rows, int64_t rot_dims,
+                       float theta, float* cos, float* sin,
                        cudaStream_t stream);
 
 // Rotates in place the first 2 * half dims of each of `heads` heads
 // (head_dim floats each, at the start of each row of x, rows `row_stride`
 // apart), with the per-row tables cos/sin [rows][half] from RopeCosSin.
 // 2 * half <= head_dim. Same arithmetic as ForwardPass's RotateHeads.
-cudaError_t ApplyRope(float* x, int64_t rows, int64_t row_stride,
-                      int64_t heads, int64_t head_dim, int64_t half,
-                      const float* cos, const float* sin, RopeMode mode,
-                      cudaStream_t stream);
+cudaError_t ApplyRope(float* x, int64_t rows, int64_t row_stride, int64_t heads,
+                      int64_t head_dim, int64_t half, const float* cos,
+                      const float* sin, RopeMode mode, cudaStream_t stream);
 
 // out[r][i] = silu(gate[r][i]) * up[r][i], i < n, r < rows; each operand has
 // its own row stride. out may equal gate or up (same stride).
@@ -164,10 +163,9 @@ cudaError_t MatVec(const DeviceMatrix& w, const float* x, int64_t x_stride,
                    cudaStream_t stream);
 
 // dst[r][c] = half(src[r][c]) (round to nearest even), r < rows, c < cols.
-cudaError_t ConvertF32ToHalf(const float* src, int64_t src_stride,
-                             int64_t rows, int64_t cols, HalfType type,
-                             void* dst, int64_t dst_stride,
-                             cudaStream_t stream);
+cudaError_t ConvertF32ToHalf(const float* src, int64_t src_stride, int64_t rows,
+                             int64_t cols, HalfType type, void* dst,
+                             int64_t dst_stride, cudaStream_t stream);
 
 // Dequantizes/converts all of `w` (any WType) into a dense half matrix
 // dst[w.rows][w.cols] (row stride w.cols), e.g. to run quantized weights
@@ -282,7 +280,10 @@ cudaError_t PrefillAttention(const DeviceKvCache& kv, int64_t layer,
                              cudaStream_t stream);
 
 // Bytes of workspace DecodeAttention needs for this batch size and
-// max_kv_len (the split partials); 0 for invalid shapes.
+// max_kv_len (the split partials; 0 when one split suffices or the shape is
+// invalid). Depends on the current device (the split count fills whole
+// waves of its SMs); for a fixed num_seqs it never decreases as max_kv_len
+// grows, so a workspace sized at the longest context serves shorter ones.
 int64_t DecodeAttentionWorkspaceBytes(const AttentionShape& shape,
                                       int32_t num_seqs, int32_t max_kv_len);
 
@@ -324,7 +325,7 @@ struct SampleParams {
 // For each row r < rows of logits [rows][stride] (vocab floats each):
 // tokens[r] = the sampled token and logprobs[r] = logits[r][token] -
 // logsumexp(logits[r]) (log-softmax of the raw logits). params is a device
-// array [rows]. One block per row; vocab <= 2^31 - 1. logprobs may be null.
+// array [rows]. One block per row; vocab <= 2^30. logprobs may be null.
 // Parameters outside their ranges (temperature < 0 or NaN, top_p outside
 // (0, 1], min_p outside [0, 1], top_k < 0) are treated as greedy.
 cudaError_t SampleRows(const float* logits, int64_t rows, int64_t vocab,

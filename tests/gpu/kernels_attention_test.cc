@@ -38,7 +38,10 @@ class AttentionCase {
  public:
   AttentionCase(int kv_heads, int group, int head_dim,
                 std::vector<SeqSpec> seqs, float q_scale, uint32_t seed)
-      : hk_(kv_heads), group_(group), hd_(head_dim), seqs_(std::move(seqs)),
+      : hk_(kv_heads),
+        group_(group),
+        hd_(head_dim),
+        seqs_(std::move(seqs)),
         rng_(seed) {
     kv_dim_ = static_cast<int64_t>(hk_) * hd_;
     q_dim_ = kv_dim_ * group_;
@@ -231,14 +234,14 @@ TEST(CudaAttentionTest, PrefillMatchesCpu) {
                    << "kv_heads " << g.kv_heads << " group " << g.group
                    << " head_dim " << g.head_dim << " q_scale " << q_scale);
       AttentionCase c(g.kv_heads, g.group, g.head_dim,
-                      {{0, 37}, {21, 50}, {100, 1}, {5, 67}, {16, 16}},
-                      q_scale, seed++);
+                      {{0, 37}, {21, 50}, {100, 1}, {5, 67}, {16, 16}}, q_scale,
+                      seed++);
       c.Upload();
       CUDA_ASSERT_OK(c.DeviceStore());
       c.HostStore();
       CUDA_ASSERT_OK(PrefillAttention(c.cache_, kLayer, c.batch_, c.shape_,
-                                      c.d_q_.get(), c.q_stride_,
-                                      c.d_out_.get(), c.q_stride_, nullptr));
+                                      c.d_q_.get(), c.q_stride_, c.d_out_.get(),
+                                      c.q_stride_, nullptr));
       c.ExpectOutput(c.CpuAttention());
     }
   }
@@ -269,14 +272,13 @@ TEST(CudaAttentionTest, DecodeMatchesCpuWithAndWithoutSplits) {
       DeviceBuffer<uint8_t> ws(ws_bytes);
       CUDA_ASSERT_OK(DecodeAttention(c.cache_, kLayer, c.batch_, c.shape_,
                                      c.d_q_.get(), c.q_stride_, c.d_out_.get(),
-                                     c.q_stride_, ws.get(), ws_bytes,
-                                     nullptr));
+                                     c.q_stride_, ws.get(), ws_bytes, nullptr));
       const std::vector<float> want = c.CpuAttention();
       c.ExpectOutput(want);
       // The prefill kernel agrees on the same one-row batch.
       CUDA_ASSERT_OK(PrefillAttention(c.cache_, kLayer, c.batch_, c.shape_,
-                                      c.d_q_.get(), c.q_stride_,
-                                      c.d_out_.get(), c.q_stride_, nullptr));
+                                      c.d_q_.get(), c.q_stride_, c.d_out_.get(),
+                                      c.q_stride_, nullptr));
       c.ExpectOutput(want);
     }
   }
@@ -317,9 +319,9 @@ TEST(CudaAttentionTest, RejectsUnsupportedHeadDim) {
   EXPECT_NE(std::string(LastErrorDetail()).find("head_dim 96"),
             std::string::npos)
       << LastErrorDetail();
-  EXPECT_EQ(DecodeAttention(kv, 0, b, s, fake, 768, fake, 768, nullptr, 0,
-                            nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      DecodeAttention(kv, 0, b, s, fake, 768, fake, 768, nullptr, 0, nullptr),
+      cudaErrorInvalidValue);
   EXPECT_EQ(DecodeAttentionWorkspaceBytes(AttentionShape{8, 3, 128, 0}, 1, 9),
             0);  // 8 heads not a multiple of 3 kv heads
   EXPECT_EQ(StoreKv(kv, 1, b, fake, 192, fake, 192, nullptr),

@@ -209,7 +209,8 @@ TEST(CudaElementwiseTest, SwiGluGateSplitAdd) {
   const std::vector<float> got = d_gu.Download();
   std::vector<float> want(n);
   for (int64_t r = 0; r < rows; ++r) {
-    ::pdserve::SwiGlu(gu.data() + r * gs, gu.data() + r * gs + n, n, want.data());
+    ::pdserve::SwiGlu(gu.data() + r * gs, gu.data() + r * gs + n, n,
+                      want.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(got[r * gs + i], want[i],
                   2e-6f * (1.0f + std::fabs(want[i])));

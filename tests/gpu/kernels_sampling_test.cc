@@ -91,8 +91,9 @@ TEST(CudaSamplingTest, GreedyMatchesCpuSampler) {
     const int64_t rows = 4;
     std::vector<float> logits = GridLogits(rows * vocab, rng, 3.0f);
     // Row 1: a tie at the maximum (ids 7 and vocab - 2): lowest id wins.
-    const float top = *std::max_element(logits.begin() + vocab,
-                                        logits.begin() + 2 * vocab) + 1.0f;
+    const float top =
+        *std::max_element(logits.begin() + vocab, logits.begin() + 2 * vocab) +
+        1.0f;
     logits[vocab + 7] = top;
     logits[vocab + vocab - 2] = top;
     const std::vector<SampleParams> params(rows);  // temperature 0
@@ -116,7 +117,8 @@ TEST(CudaSamplingTest, ReproducibleAndTopK1IsGreedy) {
   // Every row the same logits: tokens depend only on (seed, step).
   const std::vector<float> one = GridLogits(vocab, rng, 1.0f);
   std::vector<float> logits;
-  for (int64_t r = 0; r < rows; ++r) logits.insert(logits.end(), one.begin(), one.end());
+  for (int64_t r = 0; r < rows; ++r)
+    logits.insert(logits.end(), one.begin(), one.end());
   std::vector<SampleParams> params(rows);
   for (int64_t r = 0; r < rows; ++r) {
     params[r].temperature = 1.0f;
@@ -158,8 +160,8 @@ TEST(CudaSamplingTest, TokensStayInTheCpuKeptSet) {
     int32_t k;
     float p, min_p;
   };
-  const Filter filters[] = {{1.0f, 5, 1.0f, 0.0f},   {0.8f, 0, 0.5f, 0.0f},
-                            {1.5f, 0, 1.0f, 0.2f},   {1.0f, 40, 0.9f, 0.05f},
+  const Filter filters[] = {{1.0f, 5, 1.0f, 0.0f},    {0.8f, 0, 0.5f, 0.0f},
+                            {1.5f, 0, 1.0f, 0.2f},    {1.0f, 40, 0.9f, 0.05f},
                             {0.3f, 100, 0.95f, 0.0f}, {2.0f, 3, 1.0f, 0.0f}};
   for (const Filter& f : filters) {
     SCOPED_TRACE(::testing::Message() << "T " << f.t << " k " << f.k << " p "
@@ -192,7 +194,7 @@ TEST(CudaSamplingTest, TokensStayInTheCpuKeptSet) {
 
 TEST(CudaSamplingTest, FrequenciesFollowTheKeptDistribution) {
   PDSERVE_REQUIRE_GPU();
-  const std::vector<float> one = {0.0f, 1.0f, 2.0f, 0.5f,
+  const std::vector<float> one = {0.0f,  1.0f, 2.0f, 0.5f,
                                   -1.0f, 1.5f, 0.0f, 3.0f};
   const int64_t vocab = 8, rows = 20000;
   struct Filter {
@@ -201,8 +203,8 @@ TEST(CudaSamplingTest, FrequenciesFollowTheKeptDistribution) {
   };
   for (const Filter& f : {Filter{0, 1.0f, 0.0f}, Filter{3, 1.0f, 0.0f},
                           Filter{0, 0.6f, 0.0f}, Filter{0, 1.0f, 0.3f}}) {
-    SCOPED_TRACE(::testing::Message() << "k " << f.k << " p " << f.p
-                                      << " min_p " << f.min_p);
+    SCOPED_TRACE(::testing::Message()
+                 << "k " << f.k << " p " << f.p << " min_p " << f.min_p);
     std::vector<float> logits;
     std::vector<SampleParams> params(rows);
     for (int64_t r = 0; r < rows; ++r) {
@@ -251,8 +253,7 @@ TEST(CudaSamplingTest, RejectsBadArguments) {
   EXPECT_EQ(SampleRows(fake, 2, 100, 50, reinterpret_cast<SampleParams*>(fake),
                        reinterpret_cast<int32_t*>(fake), nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_NE(std::string(LastErrorDetail()).find("stride 50"),
-            std::string::npos)
+  EXPECT_NE(std::string(LastErrorDetail()).find("stride 50"), std::string::npos)
       << LastErrorDetail();
 }
 

@@ -12,7 +12,7 @@ namespace internal {
 // The cache geometry the kernels need, by value.
 struct KvGeom {
   float* data;
-  int64_t page_stride;  // floats
+  int64_t page_stride;   // floats
   int64_t layer_offset;  // floats from a page's start to this layer's keys
   int64_t plane;         // page_size * kv_dim: keys -> values of a page
   int32_t kv_dim;
@@ -49,8 +49,8 @@ __device__ __forceinline__ int64_t SlotOffset(const KvGeom& g,
 // Validates the host-side descriptors shared by the attention launchers and
 // fills the by-value views. `what` names the caller.
 cudaError_t MakeViews(const DeviceKvCache& kv, int64_t layer,
-                      const AttentionBatch& batch, const char* what,
-                      KvGeom* g, BatchView* b);
+                      const AttentionBatch& batch, const char* what, KvGeom* g,
+                      BatchView* b);
 // Additionally checks the shape against the cache (head_dim 64/128/256,
 // heads divisible, kv_dim) and resolves the scale.
 cudaError_t CheckShape(const DeviceKvCache& kv, const AttentionShape& shape,

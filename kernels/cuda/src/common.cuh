@@ -32,12 +32,18 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Bytes per 32-value block (quantized) or per value (dense); 0 if unknown.
 inline int64_t TypeUnitBytes(WType t) {
   switch (t) {
-    case WType::kF32: return 4;
-    case WType::kF16: return 2;
-    case WType::kBF16: return 2;
-    case WType::kQ8_0: return 34;
-    case WType::kQ4_0: return 18;
-    case WType::kQ4_1: return 20;
+    case WType::kF32:
+      return 4;
+    case WType::kF16:
+      return 2;
+    case WType::kBF16:
+      return 2;
+    case WType::kQ8_0:
+      return 34;
+    case WType::kQ4_0:
+      return 18;
+    case WType::kQ4_1:
+      return 20;
   }
   return 0;
 }
@@ -75,8 +81,8 @@ __device__ __forceinline__ float LoadElement(WType t, const uint8_t* row,
     case WType::kQ8_0: {
       const uint8_t* b = row + (c >> 5) * 34;
       const int j = static_cast<int>(c & 31);
-      return F16Bits(LoadU16(b)) * static_cast<float>(
-                                       static_cast<int8_t>(b[2 + j]));
+      return F16Bits(LoadU16(b)) *
+             static_cast<float>(static_cast<int8_t>(b[2 + j]));
     }
     case WType::kQ4_0: {
       const uint8_t* b = row + (c >> 5) * 18;

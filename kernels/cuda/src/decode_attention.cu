@@ -21,15 +21,18 @@ namespace {
 using internal::CeilDiv;
 
 constexpr int kWarps = 4;
-constexpr int kHeads = 4;          // query heads per block
-constexpr int kKeys = 2;           // keys per subgroup per step
+constexpr int kHeads = 4;  // query heads per block
+constexpr int kKeys = 2;   // keys per subgroup per step
 constexpr int kMinSplitKeys = 256;
 constexpr int kFallbackSlots = 132 * 3;  // H100/H200 SMs x blocks per SM
 
 struct Plan {
   int head_groups = 0;
-  int splits = 0;
+  int splits = 0;  // used: ceil(len / split_len) <= chosen
   int split_len = 0;
+  int chosen = 0;  // the split count picked; sizes the workspace, and is
+                   // non-decreasing in max_kv_len (a workspace sized for
+                   // the longest context serves every shorter one)
 };
 
 int ResidentSlots();  // after the kernel (needs its occupancy)
@@ -58,6 +61,7 @@ Plan MakePlan(const AttentionShape& shape, int num_seqs, int max_kv_len) {
     }
   }
   const int64_t split_len = CeilDiv(CeilDiv(len, splits), 64) * 64;
+  p.chosen = static_cast<int>(splits);
   p.split_len = static_cast<int>(split_len);
   p.splits = static_cast<int>(CeilDiv(len, split_len));
   return p;
@@ -70,8 +74,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                  int64_t os, float* ws_acc, float* ws_ml, int num_heads,
                  int group, int head_groups, int splits, int split_len,
                  float scale) {
-  constexpr int kLpk = D / 16;        // lanes per key
-  constexpr int kSub = 32 / kLpk;     // keys per warp in parallel
+  constexpr int kLpk = D / 16;     // lanes per key
+  constexpr int kSub = 32 / kLpk;  // keys per warp in parallel
   constexpr int kWarpKeys = kSub * kKeys;
   const int s = blockIdx.z, kvh = blockIdx.y;
   const int hg = blockIdx.x % head_groups;
@@ -91,8 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   __shared__ __align__(16) float red_acc[kUnits][kHeads][D];
   for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
-    q_sm[h][d] = h < nh ? q[row * qs + static_cast<int64_t>(h0 + h) * D + d]
-                        : 0.0f;
+    q_sm[h][d] =
+        h < nh ? q[row * qs + static_cast<int64_t>(h0 + h) * D + d] : 0.0f;
   }
   __syncthreads();
 
@@ -125,8 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       if (off[c] >= 0) {
         const float4* kp =
             reinterpret_cast<const float4*>(g.data + off[c] + kv_off);
-        const float4* vp = reinterpret_cast<const float4*>(
-            g.data + off[c] + g.plane + kv_off);
+        const float4* vp =
+            reinterpret_cast<const float4*>(g.data + off[c] + g.plane + kv_off);
 #pragma unroll
         for (int i = 0; i < 4; ++i) k4[c][i] = __ldg(kp + i);
 #pragma unroll
@@ -251,7 +255,8 @@ __global__ void CombineKernel(internal::BatchView b, const float* ws_acc,
   const int row = b.q_start[s];
   if (b.q_start[s + 1] <= row) return;
   const int64_t n_keys = static_cast<int64_t>(b.start_pos[s]) + 1;
-  const int ns = static_cast<int>(min(static_cast<int64_t>(splits), (n_keys + split_len - 1) / split_len));
+  const int ns = static_cast<int>(
+      min(static_cast<int64_t>(splits), (n_keys + split_len - 1) / split_len));
   const int64_t base = (static_cast<int64_t>(s) * num_heads + h) * splits;
   float mx = -INFINITY;
   for (int i = 0; i < ns; ++i) mx = fmaxf(mx, ws_ml[2 * (base + i)]);
@@ -303,9 +308,9 @@ int64_t DecodeAttentionWorkspaceBytes(const AttentionShape& shape,
     return 0;
   }
   const Plan p = MakePlan(shape, num_seqs, max_kv_len);
-  if (p.splits <= 1) return 0;
+  if (p.chosen <= 1) return 0;
   const int64_t items =
-      static_cast<int64_t>(num_seqs) * shape.num_heads * p.splits;
+      static_cast<int64_t>(num_seqs) * shape.num_heads * p.chosen;
   return (items * (shape.head_dim + 2) * 4 + 15) / 16 * 16;
 }
 
@@ -323,8 +328,8 @@ cudaError_t DecodeAttention(const DeviceKvCache& kv, int64_t layer,
       e != cudaSuccess) {
     return e;
   }
-  if (cudaError_t e = internal::CheckShape(kv, shape, "DecodeAttention",
-                                           &scale);
+  if (cudaError_t e =
+          internal::CheckShape(kv, shape, "DecodeAttention", &scale);
       e != cudaSuccess) {
     return e;
   }
@@ -332,12 +337,11 @@ cudaError_t DecodeAttention(const DeviceKvCache& kv, int64_t layer,
   if (q == nullptr || out == nullptr || q_stride < width ||
       out_stride < width || batch.num_seqs > 65535 ||
       shape.num_kv_heads > 65535) {
-    return internal::Fail("DecodeAttention: q/out null or strides %lld/%lld "
-                          "< %lld, or %d seqs / %d kv heads > 65535",
-                          static_cast<long long>(q_stride),
-                          static_cast<long long>(out_stride),
-                          static_cast<long long>(width), batch.num_seqs,
-                          shape.num_kv_heads);
+    return internal::Fail(
+        "DecodeAttention: q/out null or strides %lld/%lld "
+        "< %lld, or %d seqs / %d kv heads > 65535",
+        static_cast<long long>(q_stride), static_cast<long long>(out_stride),
+        static_cast<long long>(width), batch.num_seqs, shape.num_kv_heads);
   }
   if (batch.num_seqs == 0) return cudaSuccess;
   const Plan p = MakePlan(shape, batch.num_seqs, batch.max_kv_len);
@@ -345,10 +349,11 @@ cudaError_t DecodeAttention(const DeviceKvCache& kv, int64_t layer,
       DecodeAttentionWorkspaceBytes(shape, batch.num_seqs, batch.max_kv_len);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need ||
                    !internal::Aligned(workspace, 16))) {
-    return internal::Fail("DecodeAttention: workspace %p of %lld bytes, need "
-                          "%lld (16-byte aligned)",
-                          workspace, static_cast<long long>(workspace_bytes),
-                          static_cast<long long>(need));
+    return internal::Fail(
+        "DecodeAttention: workspace %p of %lld bytes, need "
+        "%lld (16-byte aligned)",
+        workspace, static_cast<long long>(workspace_bytes),
+        static_cast<long long>(need));
   }
   float* ws_acc = static_cast<float*>(workspace);
   const int64_t items =
@@ -358,14 +363,20 @@ cudaError_t DecodeAttention(const DeviceKvCache& kv, int64_t layer,
                   static_cast<unsigned>(shape.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   const int group = shape.num_heads / shape.num_kv_heads;
-#define PDSERVE_DECODE(D)                                                   \
-  DecodeKernel<D><<<grid, kWarps * 32, 0, stream>>>(                        \
-      g, b, q, q_stride, out, out_stride, ws_acc, ws_ml, shape.num_heads,   \
+#define PDSERVE_DECODE(D)                                                 \
+  DecodeKernel<D><<<grid, kWarps * 32, 0, stream>>>(                      \
+      g, b, q, q_stride, out, out_stride, ws_acc, ws_ml, shape.num_heads, \
       group, p.head_groups, p.splits, p.split_len, scale)
   switch (shape.head_dim) {
-    case 64: PDSERVE_DECODE(64); break;
-    case 128: PDSERVE_DECODE(128); break;
-    default: PDSERVE_DECODE(256); break;
+    case 64:
+      PDSERVE_DECODE(64);
+      break;
+    case 128:
+      PDSERVE_DECODE(128);
+      break;
+    default:
+      PDSERVE_DECODE(256);
+      break;
   }
 #undef PDSERVE_DECODE
   if (cudaError_t e = internal::CheckLaunch("DecodeAttention");

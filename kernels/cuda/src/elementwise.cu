@@ -19,9 +19,9 @@ unsigned FlatBlocks(int64_t n, int threads) {
 }
 
 __global__ void EmbeddingKernel(WType type, const uint8_t* table,
-                                int64_t row_bytes, int64_t vocab,
-                                int64_t cols, const int32_t* tokens,
-                                float* out, int64_t out_stride) {
+                                int64_t row_bytes, int64_t vocab, int64_t cols,
+                                const int32_t* tokens, float* out,
+                                int64_t out_stride) {
   const int64_t r = blockIdx.x;
   const int32_t tok = tokens[r];
   float* o = out + r * out_stride;
@@ -36,8 +36,8 @@ __global__ void EmbeddingKernel(WType type, const uint8_t* table,
 }
 
 __global__ void RmsNormResidualKernel(float* residual, const float* add,
-                                      const float* weight, float eps,
-                                      int64_t n, int64_t stride, float* out) {
+                                      const float* weight, float eps, int64_t n,
+                                      int64_t stride, float* out) {
   __shared__ float scratch[32];
   float* x = residual + blockIdx.x * stride;
   const float* a = add == nullptr ? nullptr : add + blockIdx.x * stride;
@@ -71,8 +71,7 @@ __global__ void HeadRmsNormKernel(float* x, int64_t rows, int64_t row_stride,
   float ss = 0.0f;
   for (int64_t i = lane; i < head_dim; i += 32) ss = fmaf(v[i], v[i], ss);
   ss = internal::WarpSum(ss);
-  const float scale =
-      1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
   for (int64_t i = lane; i < head_dim; i += 32) {
     v[i] = weight[i] * (v[i] * scale);
   }
@@ -82,8 +81,8 @@ __global__ void RopeCosSinKernel(const int32_t* positions, int64_t rows,
                                  int64_t half, int64_t rot_dims, float theta,
                                  float* cos_out, float* sin_out) {
   const int64_t n = rows * half;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                     threadIdx.x;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / half, i = idx % half;
     const float exponent =
@@ -91,9 +90,8 @@ __global__ void RopeCosSinKernel(const int32_t* positions, int64_t rows,
     // powf in double then rounded: matches the host's (nearly) correctly
     // rounded powf in all but rare halfway cases.
     const float inv_freq = static_cast<float>(
-        1.0 / static_cast<double>(static_cast<float>(
-                  pow(static_cast<double>(theta),
-                      static_cast<double>(exponent)))));
+        1.0 / static_cast<double>(static_cast<float>(pow(
+                  static_cast<double>(theta), static_cast<double>(exponent)))));
     const float angle = __fmul_rn(static_cast<float>(positions[r]), inv_freq);
     float s, c;
     sincosf(angle, &s, &c);
@@ -109,8 +107,8 @@ __global__ void ApplyRopeKernel(float* x, int64_t rows, int64_t row_stride,
                                 const float* cos_t, const float* sin_t,
                                 int neox) {
   const int64_t n = rows * heads * half;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                     threadIdx.x;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx % half;
     const int64_t h = (idx / half) % heads;
@@ -129,8 +127,8 @@ __global__ void SwiGluKernel(const float* gate, int64_t gs, const float* up,
                              int64_t us, int64_t rows, int64_t n, float* out,
                              int64_t os) {
   const int64_t total = rows * n;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                     threadIdx.x;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / n, i = idx % n;
     const float g = gate[r * gs + i];
@@ -140,16 +138,14 @@ __global__ void SwiGluKernel(const float* gate, int64_t gs, const float* up,
 }
 
 __global__ void AddKernel(float* y, const float* x, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                   threadIdx.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     y[i] += x[i];
   }
 }
 
 __global__ void SigmoidGateKernel(float* x, const float* gate, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                   threadIdx.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] *= 1.0f / (1.0f + expf(-gate[i]));
   }
@@ -160,8 +156,8 @@ __global__ void SplitQGateKernel(const float* qg, int64_t qgs, int64_t rows,
                                  int64_t qs, float* gate, int64_t gts) {
   const int64_t width = heads * hd;
   const int64_t total = rows * width;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                     threadIdx.x;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / width, e = idx % width;
     const int64_t h = e / hd, d = e % hd;
@@ -182,11 +178,11 @@ cudaError_t EmbeddingGather(const DeviceMatrix& table, const int32_t* tokens,
   }
   if (n_rows < 0 || n_rows > 0x7fffffff || tokens == nullptr ||
       out == nullptr || out_stride < table.cols) {
-    return Fail("EmbeddingGather: %lld rows, out_stride %lld < cols %lld or "
-                "null pointer",
-                static_cast<long long>(n_rows),
-                static_cast<long long>(out_stride),
-                static_cast<long long>(table.cols));
+    return Fail(
+        "EmbeddingGather: %lld rows, out_stride %lld < cols %lld or "
+        "null pointer",
+        static_cast<long long>(n_rows), static_cast<long long>(out_stride),
+        static_cast<long long>(table.cols));
   }
   if (n_rows == 0) return cudaSuccess;
   EmbeddingKernel<<<static_cast<unsigned>(n_rows), kRowThreads, 0, stream>>>(
@@ -202,10 +198,11 @@ cudaError_t RmsNormResidual(float* residual, const float* add,
   if (residual == nullptr || weight == nullptr || out == nullptr || n <= 0 ||
       rows < 0 || rows > 0x7fffffff || stride < n ||
       (out == residual && add != nullptr)) {
-    return Fail("RmsNormResidual: rows %lld, n %lld, stride %lld, or null / "
-                "aliased pointers",
-                static_cast<long long>(rows), static_cast<long long>(n),
-                static_cast<long long>(stride));
+    return Fail(
+        "RmsNormResidual: rows %lld, n %lld, stride %lld, or null / "
+        "aliased pointers",
+        static_cast<long long>(rows), static_cast<long long>(n),
+        static_cast<long long>(stride));
   }
   if (rows == 0) return cudaSuccess;
   const int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 128);
@@ -219,31 +216,30 @@ cudaError_t HeadRmsNorm(float* x, int64_t rows, int64_t row_stride,
                         float eps, cudaStream_t stream) {
   if (x == nullptr || weight == nullptr || rows < 0 || heads <= 0 ||
       head_dim <= 0 || row_stride < heads * head_dim) {
-    return Fail("HeadRmsNorm: rows %lld, heads %lld, head_dim %lld, "
-                "row_stride %lld",
-                static_cast<long long>(rows), static_cast<long long>(heads),
-                static_cast<long long>(head_dim),
-                static_cast<long long>(row_stride));
+    return Fail(
+        "HeadRmsNorm: rows %lld, heads %lld, head_dim %lld, "
+        "row_stride %lld",
+        static_cast<long long>(rows), static_cast<long long>(heads),
+        static_cast<long long>(head_dim), static_cast<long long>(row_stride));
   }
   const int64_t items = rows * heads;
   if (items == 0) return cudaSuccess;
   constexpr int kWarps = 8;
   const int64_t blocks = CeilDiv(items, kWarps);
   if (blocks > 0x7fffffff) return Fail("HeadRmsNorm: too many rows");
-  HeadRmsNormKernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
-                      stream>>>(x, rows, row_stride, heads, head_dim, weight,
-                                eps);
+  HeadRmsNormKernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
+      x, rows, row_stride, heads, head_dim, weight, eps);
   return CheckLaunch("HeadRmsNorm");
 }
 
-cudaError_t RopeCosSin(const int32_t* positions, int64_t rows,
-                       int64_t rot_dims, float theta, float* cos, float* sin,
+cudaError_t RopeCosSin(const int32_t* positions, int64_t rows, int64_t rot_dims,
+                       float theta, float* cos, float* sin,
                        cudaStream_t stream) {
   if (positions == nullptr || cos == nullptr || sin == nullptr || rows < 0 ||
       rot_dims < 2 || rot_dims % 2 != 0 || !(theta > 0.0f)) {
     return Fail("RopeCosSin: rows %lld, rot_dims %lld (even, >= 2), theta %g",
-                static_cast<long long>(rows),
-                static_cast<long long>(rot_dims), theta);
+                static_cast<long long>(rows), static_cast<long long>(rot_dims),
+                theta);
   }
   const int64_t n = rows * (rot_dims / 2);
   if (n == 0) return cudaSuccess;
@@ -252,20 +248,19 @@ cudaError_t RopeCosSin(const int32_t* positions, int64_t rows,
   return CheckLaunch("RopeCosSin");
 }
 
-cudaError_t ApplyRope(float* x, int64_t rows, int64_t row_stride,
-                      int64_t heads, int64_t head_dim, int64_t half,
-                      const float* cos, const float* sin, RopeMode mode,
-                      cudaStream_t stream) {
+cudaError_t ApplyRope(float* x, int64_t rows, int64_t row_stride, int64_t heads,
+                      int64_t head_dim, int64_t half, const float* cos,
+                      const float* sin, RopeMode mode, cudaStream_t stream) {
   if (x == nullptr || cos == nullptr || sin == nullptr || rows < 0 ||
       heads <= 0 || half < 0 || 2 * half > head_dim ||
       row_stride < heads * head_dim ||
       (mode != RopeMode::kNeox && mode != RopeMode::kInterleaved)) {
-    return Fail("ApplyRope: rows %lld, heads %lld, head_dim %lld, half %lld, "
-                "row_stride %lld, mode %d",
-                static_cast<long long>(rows), static_cast<long long>(heads),
-                static_cast<long long>(head_dim),
-                static_cast<long long>(half),
-                static_cast<long long>(row_stride), static_cast<int>(mode));
+    return Fail(
+        "ApplyRope: rows %lld, heads %lld, head_dim %lld, half %lld, "
+        "row_stride %lld, mode %d",
+        static_cast<long long>(rows), static_cast<long long>(heads),
+        static_cast<long long>(head_dim), static_cast<long long>(half),
+        static_cast<long long>(row_stride), static_cast<int>(mode));
   }
   const int64_t n = rows * heads * half;
   if (n == 0) return cudaSuccess;
@@ -278,8 +273,8 @@ cudaError_t ApplyRope(float* x, int64_t rows, int64_t row_stride,
 cudaError_t SwiGlu(const float* gate, int64_t gate_stride, const float* up,
                    int64_t up_stride, int64_t rows, int64_t n, float* out,
                    int64_t out_stride, cudaStream_t stream) {
-  if (gate == nullptr || up == nullptr || out == nullptr || rows < 0 ||
-      n < 0 || gate_stride < n || up_stride < n || out_stride < n) {
+  if (gate == nullptr || up == nullptr || out == nullptr || rows < 0 || n < 0 ||
+      gate_stride < n || up_stride < n || out_stride < n) {
     return Fail("SwiGlu: rows %lld, n %lld, strides %lld/%lld/%lld",
                 static_cast<long long>(rows), static_cast<long long>(n),
                 static_cast<long long>(gate_stride),
@@ -322,13 +317,12 @@ cudaError_t SplitQGate(const float* qg, int64_t qg_stride, int64_t rows,
   if (qg == nullptr || q == nullptr || gate == nullptr || rows < 0 ||
       heads <= 0 || head_dim <= 0 || qg_stride < 2 * width ||
       q_stride < width || gate_stride < width) {
-    return Fail("SplitQGate: rows %lld, heads %lld, head_dim %lld, strides "
-                "%lld/%lld/%lld",
-                static_cast<long long>(rows), static_cast<long long>(heads),
-                static_cast<long long>(head_dim),
-                static_cast<long long>(qg_stride),
-                static_cast<long long>(q_stride),
-                static_cast<long long>(gate_stride));
+    return Fail(
+        "SplitQGate: rows %lld, heads %lld, head_dim %lld, strides "
+        "%lld/%lld/%lld",
+        static_cast<long long>(rows), static_cast<long long>(heads),
+        static_cast<long long>(head_dim), static_cast<long long>(qg_stride),
+        static_cast<long long>(q_stride), static_cast<long long>(gate_stride));
   }
   if (rows == 0) return cudaSuccess;
   SplitQGateKernel<<<FlatBlocks(rows * width, 256), 256, 0, stream>>>(

@@ -47,12 +47,18 @@ cudaError_t CheckLaunch(const char* what) {
 
 const char* TypeName(WType t) {
   switch (t) {
-    case WType::kF32: return "F32";
-    case WType::kF16: return "F16";
-    case WType::kBF16: return "BF16";
-    case WType::kQ8_0: return "Q8_0";
-    case WType::kQ4_0: return "Q4_0";
-    case WType::kQ4_1: return "Q4_1";
+    case WType::kF32:
+      return "F32";
+    case WType::kF16:
+      return "F16";
+    case WType::kBF16:
+      return "BF16";
+    case WType::kQ8_0:
+      return "Q8_0";
+    case WType::kQ4_0:
+      return "Q4_0";
+    case WType::kQ4_1:
+      return "Q4_1";
   }
   return "unknown";
 }
@@ -65,8 +71,7 @@ cudaError_t CheckMatrix(const DeviceMatrix& w, const char* what) {
   }
   if (w.data == nullptr || w.rows <= 0 || w.cols <= 0) {
     return Fail("%s: empty matrix (data %p, %lld x %lld)", what, w.data,
-                static_cast<long long>(w.rows),
-                static_cast<long long>(w.cols));
+                static_cast<long long>(w.rows), static_cast<long long>(w.cols));
   }
   const bool quant = IsQuantized(w.type);
   if (quant && w.cols % 32 != 0) {
@@ -77,13 +82,12 @@ cudaError_t CheckMatrix(const DeviceMatrix& w, const char* what) {
   const int64_t align = w.type == WType::kF32 ? 4 : 2;
   if (w.row_bytes < need || w.row_bytes % align != 0 ||
       !Aligned(w.data, align)) {
-    return Fail("%s: %s matrix %lld x %lld: row_bytes %lld (need >= %lld, "
-                "multiple of %lld) or data %p misaligned",
-                what, TypeName(w.type), static_cast<long long>(w.rows),
-                static_cast<long long>(w.cols),
-                static_cast<long long>(w.row_bytes),
-                static_cast<long long>(need), static_cast<long long>(align),
-                w.data);
+    return Fail(
+        "%s: %s matrix %lld x %lld: row_bytes %lld (need >= %lld, "
+        "multiple of %lld) or data %p misaligned",
+        what, TypeName(w.type), static_cast<long long>(w.rows),
+        static_cast<long long>(w.cols), static_cast<long long>(w.row_bytes),
+        static_cast<long long>(need), static_cast<long long>(align), w.data);
   }
   return cudaSuccess;
 }

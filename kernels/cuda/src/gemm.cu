@@ -20,8 +20,7 @@ __global__ void ConvertKernel(const float* src, int64_t ss, int64_t rows,
                               int64_t cols, bool bf16, uint16_t* dst,
                               int64_t ds) {
   const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                   threadIdx.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
     dst[r * ds + c] = ToHalfBits(src[r * ss + c], bf16);
@@ -32,12 +31,11 @@ __global__ void DequantKernel(WType type, const uint8_t* w, int64_t rows,
                               int64_t cols, int64_t row_bytes, bool bf16,
                               uint16_t* dst) {
   const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                   threadIdx.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    dst[i] = ToHalfBits(internal::LoadElement(type, w + r * row_bytes, c),
-                        bf16);
+    dst[i] =
+        ToHalfBits(internal::LoadElement(type, w + r * row_bytes, c), bf16);
   }
 }
 
@@ -48,14 +46,22 @@ unsigned Blocks(int64_t n) {
 
 const char* BlasName(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_(other)";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS_(other)";
   }
 }
 
@@ -63,10 +69,9 @@ bool IsHalf(WType t) { return t == WType::kBF16 || t == WType::kF16; }
 
 }  // namespace
 
-cudaError_t ConvertF32ToHalf(const float* src, int64_t src_stride,
-                             int64_t rows, int64_t cols, HalfType type,
-                             void* dst, int64_t dst_stride,
-                             cudaStream_t stream) {
+cudaError_t ConvertF32ToHalf(const float* src, int64_t src_stride, int64_t rows,
+                             int64_t cols, HalfType type, void* dst,
+                             int64_t dst_stride, cudaStream_t stream) {
   if (src == nullptr || dst == nullptr || rows < 0 || cols < 0 ||
       src_stride < cols || dst_stride < cols ||
       (type != HalfType::kBF16 && type != HalfType::kF16) ||
@@ -95,8 +100,8 @@ cudaError_t DequantizeToHalf(const DeviceMatrix& w, HalfType type, void* dst,
                 static_cast<int>(type));
   }
   DequantKernel<<<Blocks(w.rows * w.cols), 256, 0, stream>>>(
-      w.type, static_cast<const uint8_t*>(w.data), w.rows, w.cols,
-      w.row_bytes, type == HalfType::kBF16, static_cast<uint16_t*>(dst));
+      w.type, static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.row_bytes,
+      type == HalfType::kBF16, static_cast<uint16_t*>(dst));
   return CheckLaunch("DequantizeToHalf");
 }
 
@@ -140,22 +145,22 @@ cudaError_t CublasGemm::Run(const DeviceMatrix& w, const float* x,
   if (x == nullptr || y == nullptr || n_tokens < 1 || x_stride < w.cols ||
       y_stride < w.rows || w.rows > 0x7fffffff || w.cols > 0x7fffffff ||
       n_tokens > 0x7fffffff) {
-    return Fail("CublasGemm::Run: %lld tokens, x_stride %lld (cols %lld), "
-                "y_stride %lld (rows %lld)",
-                static_cast<long long>(n_tokens),
-                static_cast<long long>(x_stride),
-                static_cast<long long>(w.cols),
-                static_cast<long long>(y_stride),
-                static_cast<long long>(w.rows));
+    return Fail(
+        "CublasGemm::Run: %lld tokens, x_stride %lld (cols %lld), "
+        "y_stride %lld (rows %lld)",
+        static_cast<long long>(n_tokens), static_cast<long long>(x_stride),
+        static_cast<long long>(w.cols), static_cast<long long>(y_stride),
+        static_cast<long long>(w.rows));
   }
   if (IsHalf(w.type)) {
     const int64_t need = ScratchBytes(w.type, w.cols, n_tokens);
     if (scratch == nullptr || scratch_bytes < need ||
         !internal::Aligned(scratch, 16)) {
-      return Fail("CublasGemm::Run: scratch %p of %lld bytes, need %lld "
-                  "(16-byte aligned)",
-                  scratch, static_cast<long long>(scratch_bytes),
-                  static_cast<long long>(need));
+      return Fail(
+          "CublasGemm::Run: scratch %p of %lld bytes, need %lld "
+          "(16-byte aligned)",
+          scratch, static_cast<long long>(scratch_bytes),
+          static_cast<long long>(need));
     }
     const HalfType ht =
         w.type == WType::kBF16 ? HalfType::kBF16 : HalfType::kF16;
@@ -170,19 +175,18 @@ cudaError_t CublasGemm::Run(const DeviceMatrix& w, const float* x,
   cublasSetStream(h, stream);
   const float alpha = 1.0f, beta = 0.0f;
   // Column-major view: C[rows x n] = W^T' * X, W stored as [cols x rows].
-  const cublasStatus_t s = cublasGemmEx(
-      h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
-      static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.data,
-      CUDA_R_32F, static_cast<int>(w.row_bytes / 4), x, CUDA_R_32F,
-      static_cast<int>(x_stride), &beta, y, CUDA_R_32F,
-      static_cast<int>(y_stride), CUBLAS_COMPUTE_32F_PEDANTIC,
-      CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t s =
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
+                   static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha,
+                   w.data, CUDA_R_32F, static_cast<int>(w.row_bytes / 4), x,
+                   CUDA_R_32F, static_cast<int>(x_stride), &beta, y, CUDA_R_32F,
+                   static_cast<int>(y_stride), CUBLAS_COMPUTE_32F_PEDANTIC,
+                   CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    return internal::FailWith(cudaErrorLaunchFailure,
-                              "CublasGemm::Run f32 %lld x %lld x %lld: %s",
-                              static_cast<long long>(w.rows),
-                              static_cast<long long>(w.cols),
-                              static_cast<long long>(n_tokens), BlasName(s));
+    return internal::FailWith(
+        cudaErrorLaunchFailure, "CublasGemm::Run f32 %lld x %lld x %lld: %s",
+        static_cast<long long>(w.rows), static_cast<long long>(w.cols),
+        static_cast<long long>(n_tokens), BlasName(s));
   }
   return cudaSuccess;
 }
@@ -198,13 +202,12 @@ cudaError_t CublasGemm::RunHalf(const DeviceMatrix& w, const void* x_half,
   if (!IsHalf(w.type) || x_half == nullptr || y == nullptr || n_tokens < 1 ||
       x_stride < w.cols || y_stride < w.rows || w.rows > 0x7fffffff ||
       w.cols > 0x7fffffff || n_tokens > 0x7fffffff) {
-    return Fail("CublasGemm::RunHalf: %s weights %lld x %lld, %lld tokens, "
-                "x_stride %lld, y_stride %lld",
-                internal::TypeName(w.type), static_cast<long long>(w.rows),
-                static_cast<long long>(w.cols),
-                static_cast<long long>(n_tokens),
-                static_cast<long long>(x_stride),
-                static_cast<long long>(y_stride));
+    return Fail(
+        "CublasGemm::RunHalf: %s weights %lld x %lld, %lld tokens, "
+        "x_stride %lld, y_stride %lld",
+        internal::TypeName(w.type), static_cast<long long>(w.rows),
+        static_cast<long long>(w.cols), static_cast<long long>(n_tokens),
+        static_cast<long long>(x_stride), static_cast<long long>(y_stride));
   }
   auto h = static_cast<cublasHandle_t>(handle_);
   cublasSetStream(h, stream);
@@ -213,16 +216,15 @@ cudaError_t CublasGemm::RunHalf(const DeviceMatrix& w, const void* x_half,
   const cublasStatus_t s = cublasGemmEx(
       h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
       static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.data, t,
-      static_cast<int>(w.row_bytes / 2), x_half, t,
-      static_cast<int>(x_stride), &beta, y, CUDA_R_32F,
-      static_cast<int>(y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      static_cast<int>(w.row_bytes / 2), x_half, t, static_cast<int>(x_stride),
+      &beta, y, CUDA_R_32F, static_cast<int>(y_stride), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    return internal::FailWith(cudaErrorLaunchFailure,
-                              "CublasGemm::RunHalf %s %lld x %lld x %lld: %s",
-                              internal::TypeName(w.type),
-                              static_cast<long long>(w.rows),
-                              static_cast<long long>(w.cols),
-                              static_cast<long long>(n_tokens), BlasName(s));
+    return internal::FailWith(
+        cudaErrorLaunchFailure, "CublasGemm::RunHalf %s %lld x %lld x %lld: %s",
+        internal::TypeName(w.type), static_cast<long long>(w.rows),
+        static_cast<long long>(w.cols), static_cast<long long>(n_tokens),
+        BlasName(s));
   }
   return cudaSuccess;
 }

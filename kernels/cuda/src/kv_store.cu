@@ -8,23 +8,23 @@ namespace cuda {
 namespace internal {
 
 cudaError_t MakeViews(const DeviceKvCache& kv, int64_t layer,
-                      const AttentionBatch& batch, const char* what,
-                      KvGeom* g, BatchView* b) {
+                      const AttentionBatch& batch, const char* what, KvGeom* g,
+                      BatchView* b) {
   if (kv.data == nullptr || kv.num_layers <= 0 || kv.kv_dim <= 0 ||
       kv.page_size <= 0 || kv.num_pages <= 0 || kv.kv_dim > 0x7fffffff ||
       kv.page_size > 0x7fffffff || kv.num_pages > 0x7fffffff ||
       kv.page_stride_floats < kv.num_layers * 2 * kv.page_size * kv.kv_dim ||
       kv.page_stride_floats % 4 != 0 || kv.kv_dim % 4 != 0 ||
       !Aligned(kv.data, 16)) {
-    return Fail("%s: bad KV cache (data %p, %lld layers, kv_dim %lld "
-                "(multiple of 4), page_size %lld, %lld pages, page stride "
-                "%lld floats (multiple of 4, >= layers*2*page_size*kv_dim))",
-                what, static_cast<void*>(kv.data),
-                static_cast<long long>(kv.num_layers),
-                static_cast<long long>(kv.kv_dim),
-                static_cast<long long>(kv.page_size),
-                static_cast<long long>(kv.num_pages),
-                static_cast<long long>(kv.page_stride_floats));
+    return Fail(
+        "%s: bad KV cache (data %p, %lld layers, kv_dim %lld "
+        "(multiple of 4), page_size %lld, %lld pages, page stride "
+        "%lld floats (multiple of 4, >= layers*2*page_size*kv_dim))",
+        what, static_cast<void*>(kv.data),
+        static_cast<long long>(kv.num_layers),
+        static_cast<long long>(kv.kv_dim), static_cast<long long>(kv.page_size),
+        static_cast<long long>(kv.num_pages),
+        static_cast<long long>(kv.page_stride_floats));
   }
   if (layer < 0 || layer >= kv.num_layers) {
     return Fail("%s: layer %lld outside [0, %lld)", what,
@@ -36,10 +36,11 @@ cudaError_t MakeViews(const DeviceKvCache& kv, int64_t layer,
       (batch.num_seqs > 0 &&
        (batch.q_start == nullptr || batch.start_pos == nullptr ||
         batch.page_start == nullptr || batch.page_table == nullptr))) {
-    return Fail("%s: bad batch (%d seqs, max_q_len %d, max_kv_len %d, "
-                "total_rows %d, or a null array)",
-                what, batch.num_seqs, batch.max_q_len, batch.max_kv_len,
-                batch.total_rows);
+    return Fail(
+        "%s: bad batch (%d seqs, max_q_len %d, max_kv_len %d, "
+        "total_rows %d, or a null array)",
+        what, batch.num_seqs, batch.max_q_len, batch.max_kv_len,
+        batch.total_rows);
   }
   g->data = kv.data;
   g->page_stride = kv.page_stride_floats;
@@ -63,10 +64,11 @@ cudaError_t CheckShape(const DeviceKvCache& kv, const AttentionShape& shape,
       shape.num_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
       static_cast<int64_t>(shape.num_kv_heads) * hd != kv.kv_dim ||
       !(shape.scale >= 0.0f)) {
-    return Fail("%s: unsupported shape: %d heads, %d kv heads, head_dim %d "
-                "(64, 128 or 256), cache kv_dim %lld, scale %g",
-                what, shape.num_heads, shape.num_kv_heads, hd,
-                static_cast<long long>(kv.kv_dim), shape.scale);
+    return Fail(
+        "%s: unsupported shape: %d heads, %d kv heads, head_dim %d "
+        "(64, 128 or 256), cache kv_dim %lld, scale %g",
+        what, shape.num_heads, shape.num_kv_heads, hd,
+        static_cast<long long>(kv.kv_dim), shape.scale);
   }
   *scale = shape.scale > 0.0f ? shape.scale
                               : 1.0f / std::sqrt(static_cast<float>(hd));
@@ -127,11 +129,11 @@ cudaError_t StoreKv(const DeviceKvCache& kv, int64_t layer,
   }
   if (k == nullptr || v == nullptr || k_stride < kv.kv_dim ||
       v_stride < kv.kv_dim) {
-    return internal::Fail("StoreKv: k/v null or strides %lld/%lld < kv_dim "
-                          "%lld",
-                          static_cast<long long>(k_stride),
-                          static_cast<long long>(v_stride),
-                          static_cast<long long>(kv.kv_dim));
+    return internal::Fail(
+        "StoreKv: k/v null or strides %lld/%lld < kv_dim "
+        "%lld",
+        static_cast<long long>(k_stride), static_cast<long long>(v_stride),
+        static_cast<long long>(kv.kv_dim));
   }
   if (batch.total_rows == 0 || batch.num_seqs == 0) return cudaSuccess;
   StoreKvKernel<<<static_cast<unsigned>(batch.total_rows), 128, 0, stream>>>(

@@ -13,8 +13,8 @@ using internal::Fail;
 constexpr int kWarpsPerBlock = 4;  // rows per block
 
 template <int NT>
-__device__ __forceinline__ void StoreRow(float (&acc)[NT], float* y,
-                                         int64_t ys, int64_t row) {
+__device__ __forceinline__ void StoreRow(float (&acc)[NT], float* y, int64_t ys,
+                                         int64_t row) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float v = internal::WarpSum(acc[t]);
@@ -148,7 +148,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       q[2] = static_cast<float>(static_cast<int8_t>(a1 & 0xff));
       q[3] = static_cast<float>(static_cast<int8_t>(a1 >> 8));
       const int64_t c0 = b * 32 + 4 * sub;
-      c[0] = c0; c[1] = c0 + 1; c[2] = c0 + 2; c[3] = c0 + 3;
+      c[0] = c0;
+      c[1] = c0 + 1;
+      c[2] = c0 + 2;
+      c[3] = c0 + 3;
     } else {
       const int off = T == WType::kQ4_0 ? 2 : 4;
       const uint16_t a = internal::LoadU16(blk + off + 2 * sub);
@@ -161,7 +164,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         m = internal::F16Bits(internal::LoadU16(blk + 2));
       }
       const int64_t c0 = b * 32 + 2 * sub;
-      c[0] = c0; c[1] = c0 + 1; c[2] = c0 + 16; c[3] = c0 + 17;
+      c[0] = c0;
+      c[1] = c0 + 1;
+      c[2] = c0 + 16;
+      c[3] = c0 + 17;
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -190,13 +196,16 @@ void LaunchNt(const DeviceMatrix& w, bool vec, const float* x, int64_t xs,
 #define PDSERVE_ARGS data, w.rows, w.cols, w.row_bytes, x, xs, y, ys
   switch (w.type) {
     case WType::kQ8_0:
-      QuantKernel<NT, WType::kQ8_0><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+      QuantKernel<NT, WType::kQ8_0>
+          <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
       return;
     case WType::kQ4_0:
-      QuantKernel<NT, WType::kQ4_0><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+      QuantKernel<NT, WType::kQ4_0>
+          <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
       return;
     case WType::kQ4_1:
-      QuantKernel<NT, WType::kQ4_1><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+      QuantKernel<NT, WType::kQ4_1>
+          <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
       return;
     default:
       break;
@@ -204,13 +213,16 @@ void LaunchNt(const DeviceMatrix& w, bool vec, const float* x, int64_t xs,
   if (vec) {
     switch (w.type) {
       case WType::kBF16:
-        DenseVecKernel<NT, WType::kBF16><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+        DenseVecKernel<NT, WType::kBF16>
+            <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
         return;
       case WType::kF16:
-        DenseVecKernel<NT, WType::kF16><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+        DenseVecKernel<NT, WType::kF16>
+            <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
         return;
       case WType::kF32:
-        DenseVecKernel<NT, WType::kF32><<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
+        DenseVecKernel<NT, WType::kF32>
+            <<<blocks, threads, 0, stream>>>(PDSERVE_ARGS);
         return;
       default:
         break;
@@ -229,30 +241,45 @@ cudaError_t MatVec(const DeviceMatrix& w, const float* x, int64_t x_stride,
     return e;
   }
   if (n_tokens < 1 || n_tokens > kMaxMatVecTokens || x == nullptr ||
-      y == nullptr || (n_tokens > 1 && (x_stride < w.cols ||
-                                        y_stride < w.rows)) ||
+      y == nullptr ||
+      (n_tokens > 1 && (x_stride < w.cols || y_stride < w.rows)) ||
       internal::CeilDiv(w.rows, kWarpsPerBlock) > 0x7fffffff) {
-    return Fail("MatVec: %lld tokens (1..%lld), x_stride %lld (>= cols "
-                "%lld), y_stride %lld (>= rows %lld)",
-                static_cast<long long>(n_tokens),
-                static_cast<long long>(kMaxMatVecTokens),
-                static_cast<long long>(x_stride),
-                static_cast<long long>(w.cols),
-                static_cast<long long>(y_stride),
-                static_cast<long long>(w.rows));
+    return Fail(
+        "MatVec: %lld tokens (1..%lld), x_stride %lld (>= cols "
+        "%lld), y_stride %lld (>= rows %lld)",
+        static_cast<long long>(n_tokens),
+        static_cast<long long>(kMaxMatVecTokens),
+        static_cast<long long>(x_stride), static_cast<long long>(w.cols),
+        static_cast<long long>(y_stride), static_cast<long long>(w.rows));
   }
   const bool vec = internal::Aligned(w.data, 16) && w.row_bytes % 16 == 0 &&
                    internal::Aligned(x, 16) &&
                    (n_tokens == 1 || x_stride % 4 == 0);
   switch (n_tokens) {
-    case 1: LaunchNt<1>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 2: LaunchNt<2>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 3: LaunchNt<3>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 4: LaunchNt<4>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 5: LaunchNt<5>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 6: LaunchNt<6>(w, vec, x, x_stride, y, y_stride, stream); break;
-    case 7: LaunchNt<7>(w, vec, x, x_stride, y, y_stride, stream); break;
-    default: LaunchNt<8>(w, vec, x, x_stride, y, y_stride, stream); break;
+    case 1:
+      LaunchNt<1>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 2:
+      LaunchNt<2>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 3:
+      LaunchNt<3>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 4:
+      LaunchNt<4>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 5:
+      LaunchNt<5>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 6:
+      LaunchNt<6>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    case 7:
+      LaunchNt<7>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
+    default:
+      LaunchNt<8>(w, vec, x, x_stride, y, y_stride, stream);
+      break;
   }
   return CheckLaunch("MatVec");
 }

@@ -23,8 +23,8 @@ struct Cfg {
   static constexpr int kBk = D == 256 ? 32 : 64;  // keys per tile
   static constexpr int kQPitch = D + 4;           // padded Q/K rows
   static constexpr int kPPitch = kBk + 1;
-  static constexpr int kCols = kBk / 16;          // score columns per thread
-  static constexpr int kOut = D / 64;             // float4 output chunks
+  static constexpr int kCols = kBk / 16;  // score columns per thread
+  static constexpr int kOut = D / 64;     // float4 output chunks
   // P (the probabilities) reuses the K tile's space once scores are done.
   static_assert(kRows * kPPitch <= kBk * kQPitch, "P must fit in K's space");
   static constexpr int64_t kSmemFloats =
@@ -40,10 +40,10 @@ __global__ void __launch_bounds__(kThreads)
                   float scale) {
   using C = Cfg<D>;
   extern __shared__ __align__(16) float smem[];
-  float* q_sm = smem;                          // [kRows][kQPitch]
-  float* k_sm = q_sm + kRows * C::kQPitch;     // [kBk][kQPitch]
-  float* v_sm = k_sm + C::kBk * C::kQPitch;    // [kBk][D]
-  float* p_sm = k_sm;                          // [kRows][kPPitch]
+  float* q_sm = smem;                        // [kRows][kQPitch]
+  float* k_sm = q_sm + kRows * C::kQPitch;   // [kBk][kQPitch]
+  float* v_sm = k_sm + C::kBk * C::kQPitch;  // [kBk][D]
+  float* p_sm = k_sm;                        // [kRows][kPPitch]
   int64_t* kofs = reinterpret_cast<int64_t*>(v_sm + C::kBk * D);
 
   const int s = blockIdx.z;
@@ -190,15 +190,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // O += P V.
-    const int kn = static_cast<int>(kv_end - kt < C::kBk ? kv_end - kt : C::kBk);
+    const int kn =
+        static_cast<int>(kv_end - kt < C::kBk ? kv_end - kt : C::kBk);
     for (int k = 0; k < kn; ++k) {
       float pv[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) pv[i] = p_sm[(ty + 16 * i) * C::kPPitch + k];
 #pragma unroll
       for (int c = 0; c < C::kOut; ++c) {
-        const float4 v = *reinterpret_cast<const float4*>(
-            v_sm + k * D + tx * 4 + 64 * c);
+        const float4 v =
+            *reinterpret_cast<const float4*>(v_sm + k * D + tx * 4 + 64 * c);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           o[i][c][0] = fmaf(pv[i], v.x, o[i][c][0]);
@@ -244,7 +245,8 @@ cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
                                 static_cast<int>(Cfg<D>::kSmemBytes));
   });
   if (attr != cudaSuccess) {
-    return internal::FailWith(attr, "PrefillAttention: %lld bytes of shared "
+    return internal::FailWith(attr,
+                              "PrefillAttention: %lld bytes of shared "
                               "memory for head_dim %d: %s",
                               static_cast<long long>(Cfg<D>::kSmemBytes), D,
                               cudaGetErrorString(attr));
@@ -288,19 +290,18 @@ cudaError_t PrefillAttention(const DeviceKvCache& kv, int64_t layer,
   if (q == nullptr || out == nullptr || q_stride < width ||
       out_stride < width || batch.num_seqs > 65535 ||
       static_cast<int64_t>(shape.num_kv_heads) * CeilDiv(group, hpb) > 65535) {
-    return internal::Fail("PrefillAttention: q/out null or strides "
-                          "%lld/%lld < %lld, or %d seqs / %d kv heads too "
-                          "many",
-                          static_cast<long long>(q_stride),
-                          static_cast<long long>(out_stride),
-                          static_cast<long long>(width), batch.num_seqs,
-                          shape.num_kv_heads);
+    return internal::Fail(
+        "PrefillAttention: q/out null or strides "
+        "%lld/%lld < %lld, or %d seqs / %d kv heads too "
+        "many",
+        static_cast<long long>(q_stride), static_cast<long long>(out_stride),
+        static_cast<long long>(width), batch.num_seqs, shape.num_kv_heads);
   }
   if (batch.num_seqs == 0 || batch.max_q_len == 0) return cudaSuccess;
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(g, b, batch, shape, q, q_stride, out, out_stride,
-                        scale, stream);
+      return Launch<64>(g, b, batch, shape, q, q_stride, out, out_stride, scale,
+                        stream);
     case 128:
       return Launch<128>(g, b, batch, shape, q, q_stride, out, out_stride,
                          scale, stream);

@@ -82,8 +82,9 @@ __device__ unsigned long long BlockSumU64(unsigned long long v, Smem& sm) {
 
 // Weight of element i for a selection: 1 (count) or its mass, among the
 // candidates (inside `within`).
-__device__ __forceinline__ unsigned long long SelWeight(
-    const Row& r, int32_t i, float w, bool by_mass, const Prefix& within) {
+__device__ __forceinline__ unsigned long long SelWeight(const Row& r, int32_t i,
+                                                        float w, bool by_mass,
+                                                        const Prefix& within) {
   if (!InPrefix(Row::Key(w), i, within)) return 0ull;
   return by_mass ? Row::Mass(w) : 1ull;
 }
@@ -160,8 +161,10 @@ __device__ Prefix Select(const Row& r, bool by_mass, const Prefix& within,
 }
 
 __device__ uint2 Philox(uint64_t seed, uint64_t step) {
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  uint32_t c0 = static_cast<uint32_t>(step), c1 = static_cast<uint32_t>(step >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed),
+           k1 = static_cast<uint32_t>(seed >> 32);
+  uint32_t c0 = static_cast<uint32_t>(step),
+           c1 = static_cast<uint32_t>(step >> 32);
   uint32_t c2 = 0, c3 = 0;
 #pragma unroll
   for (int r = 0; r < 10; ++r) {
@@ -182,8 +185,11 @@ __device__ uint2 Philox(uint64_t seed, uint64_t step) {
 // chunk of ids.
 __device__ int32_t Draw(const Row& r, uint64_t seed, uint64_t step, Smem& sm) {
   const int32_t chunk = (r.vocab + kThreads - 1) / kThreads;
-  const int32_t b = min(r.vocab, static_cast<int32_t>(threadIdx.x) * chunk);
-  const int32_t e = min(r.vocab, b + chunk);
+  const int32_t b =
+      static_cast<int32_t>(min(static_cast<int64_t>(r.vocab),
+                               static_cast<int64_t>(threadIdx.x) * chunk));
+  const int32_t e = static_cast<int32_t>(
+      min(static_cast<int64_t>(r.vocab), static_cast<int64_t>(b) + chunk));
   unsigned long long own = 0;
   for (int32_t i = b; i < e; ++i) {
     const float w = r.W(i);
@@ -232,8 +238,7 @@ __device__ int32_t Draw(const Row& r, uint64_t seed, uint64_t step, Smem& sm) {
 
 __global__ void __launch_bounds__(kThreads)
     SampleKernel(const float* logits, int32_t vocab, int64_t stride,
-                 const SampleParams* params, int32_t* tokens,
-                 float* logprobs) {
+                 const SampleParams* params, int32_t* tokens, float* logprobs) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const float* x = logits + blockIdx.x * stride;
@@ -300,8 +305,8 @@ __global__ void __launch_bounds__(kThreads)
     r.min_p = prm.min_p;
     const Prefix all;
     if (prm.top_k > 0 && prm.top_k < vocab) {
-      r.k = Select(r, false, all, static_cast<unsigned long long>(prm.top_k),
-                   sm);
+      r.k =
+          Select(r, false, all, static_cast<unsigned long long>(prm.top_k), sm);
     }
     if (prm.top_p < 1.0f) {
       unsigned long long t = 0;
@@ -330,26 +335,27 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t SampleRows(const float* logits, int64_t rows, int64_t vocab,
                        int64_t stride, const SampleParams* params,
                        int32_t* tokens, float* logprobs, cudaStream_t stream) {
-  if (logits == nullptr || params == nullptr || tokens == nullptr ||
-      rows < 0 || rows > 0x7fffffff || vocab < 1 || vocab > 0x7fffffff ||
+  if (logits == nullptr || params == nullptr || tokens == nullptr || rows < 0 ||
+      rows > 0x7fffffff || vocab < 1 || vocab > (1 << 30) ||
       (rows > 1 && stride < vocab)) {
-    return internal::Fail("SampleRows: %lld rows of vocab %lld, stride %lld, "
-                          "or a null pointer",
-                          static_cast<long long>(rows),
-                          static_cast<long long>(vocab),
-                          static_cast<long long>(stride));
+    return internal::Fail(
+        "SampleRows: %lld rows of vocab %lld, stride %lld, "
+        "or a null pointer",
+        static_cast<long long>(rows), static_cast<long long>(vocab),
+        static_cast<long long>(stride));
   }
   if (rows == 0) return cudaSuccess;
   static cudaError_t attr = cudaFuncSetAttribute(
       SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       static_cast<int>(sizeof(Smem)));
   if (attr != cudaSuccess) {
-    return internal::FailWith(attr, "SampleRows: %zu bytes of shared memory: "
-                              "%s", sizeof(Smem), cudaGetErrorString(attr));
+    return internal::FailWith(attr,
+                              "SampleRows: %zu bytes of shared memory: "
+                              "%s",
+                              sizeof(Smem), cudaGetErrorString(attr));
   }
-  SampleKernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Smem),
-                 stream>>>(logits, static_cast<int32_t>(vocab), stride,
-                           params, tokens, logprobs);
+  SampleKernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Smem), stream>>>(
+      logits, static_cast<int32_t>(vocab), stride, params, tokens, logprobs);
   return internal::CheckLaunch("SampleRows");
 }
 
