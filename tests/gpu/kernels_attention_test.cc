@@ -268,7 +268,9 @@ TEST(CudaAttentionTest, DecodeMatchesCpuWithAndWithoutSplits) {
       c.HostStore();
       const int64_t ws_bytes = DecodeAttentionWorkspaceBytes(
           c.shape_, c.batch_.num_seqs, c.batch_.max_kv_len);
-      if (seqs.size() == 5) EXPECT_GT(ws_bytes, 0) << "expected splits";
+      if (seqs.size() == 5) {
+        EXPECT_GT(ws_bytes, 0) << "expected splits";
+      }
       DeviceBuffer<uint8_t> ws(ws_bytes);
       CUDA_ASSERT_OK(DecodeAttention(c.cache_, kLayer, c.batch_, c.shape_,
                                      c.d_q_.get(), c.q_stride_, c.d_out_.get(),
