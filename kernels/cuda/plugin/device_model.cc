@@ -214,6 +214,13 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Upload(
   m->max_matrix_elems =
       std::max(m->max_matrix_elems, w.lm_head.rows * w.lm_head.cols);
   m->max_in_features = std::max(m->max_in_features, w.lm_head.cols);
+  for (const DeviceLayer &d : m->layers) {  // fused matrices are larger
+    for (const cuda::DeviceMatrix *f : {&d.wqkv, &d.w_gate_up}) {
+      if (f->data != nullptr) {
+        m->max_matrix_elems = std::max(m->max_matrix_elems, f->rows * f->cols);
+      }
+    }
+  }
   return m;
 }
 

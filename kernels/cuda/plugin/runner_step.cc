@@ -335,8 +335,11 @@ absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
       PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
     }
   }
-  if (stats != nullptr)
-    Account(batch, sample ? plan.real_seqs : plan.logit_rows, stats);
+  if (stats != nullptr) {
+    // Graph steps computed padded rows too; count the batch's own.
+    Account(batch, (sample || plan.graph) ? plan.real_seqs : plan.logit_rows,
+            stats);
+  }
   return absl::OkStatus();
 }
 
