@@ -89,9 +89,9 @@ __global__ void RopeCosSinKernel(const int32_t* positions, int64_t rows,
         static_cast<float>(2 * i) / static_cast<float>(rot_dims);
     // powf in double then rounded: matches the host's (nearly) correctly
     // rounded powf in all but rare halfway cases.
-    const float inv_freq = static_cast<float>(
-        1.0 / static_cast<double>(static_cast<float>(pow(
-                  static_cast<double>(theta), static_cast<double>(exponent)))));
+    const float base = static_cast<float>(
+        pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    const float inv_freq = __fdiv_rn(1.0f, base);
     const float angle = __fmul_rn(static_cast<float>(positions[r]), inv_freq);
     float s, c;
     sincosf(angle, &s, &c);
