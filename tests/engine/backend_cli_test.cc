@@ -4,6 +4,7 @@
 // with the test plugin (PDSERVE_CUDA_PLUGIN) generate on "cuda" prints the
 // greedy ids of --device cpu.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -32,7 +33,9 @@ struct Result {
 
 // Runs `env pdserve args` (env: "NAME=value ..." or empty).
 Result RunPdserve(const std::string& env, const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/backend_cli_stderr.txt";
+  // One file per process: ctest runs the cases of this suite in parallel.
+  const std::string err_path = ::testing::TempDir() + "/backend_cli_stderr." +
+                               std::to_string(getpid()) + ".txt";
   const std::string cmd =
       env + " " + kBinary + " " + args + " 2>" + err_path + " </dev/null";
   Result r;
