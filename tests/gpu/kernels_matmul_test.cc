@@ -209,6 +209,31 @@ TEST(CudaGemmTest, QuantizedThroughDequantizeToHalf) {
   }
 }
 
+TEST(CudaGemmTest, DequantizeToHalfDenseTypesWithTails) {
+  PDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  const int64_t rows = 5, cols = 100;  // 3 full groups of 32 and a tail of 4
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    const HostMatrix m = MakeMatrix(t, rows, cols, 4, rng);
+    DeviceBuffer<uint8_t> d_w(m.bytes);
+    const DeviceMatrix dm{static_cast<WType>(t), rows, cols, m.row_bytes,
+                          d_w.get()};
+    DeviceBuffer<uint16_t> d_half(rows * cols + 1);
+    CUDA_ASSERT_OK(
+        DequantizeToHalf(dm, HalfType::kBF16, d_half.get(), nullptr));
+    const std::vector<uint16_t> half = d_half.Download();
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, m.bytes.data() + r * m.row_bytes, row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(half[r * cols + c], F32ToBF16(row[c])) << r << "," << c;
+      }
+    }
+    EXPECT_EQ(half[rows * cols], 0) << "wrote past the matrix";
+  }
+}
+
 TEST(CudaGemmTest, RejectsQuantizedAndMissingInit) {
   float* fake = reinterpret_cast<float*>(uintptr_t{256});
   CublasGemm gemm;  // no Init: must not touch the device

@@ -27,15 +27,66 @@ __global__ void ConvertKernel(const float* src, int64_t ss, int64_t rows,
   }
 }
 
+// One thread per group of 32 consecutive values of a row (a quantized
+// block): one 16-64 byte read, 64 contiguous bytes written.
 __global__ void DequantKernel(WType type, const uint8_t* w, int64_t rows,
                               int64_t cols, int64_t row_bytes, bool bf16,
-                              uint16_t* dst) {
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    dst[i] =
-        ToHalfBits(internal::LoadElement(type, w + r * row_bytes, c), bf16);
+                              uint16_t* dst, bool vec_store) {
+  const int64_t gpr = (cols + 31) / 32;
+  const int64_t n = rows * gpr;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / gpr, g = idx - r * gpr;
+    const uint8_t* row = w + r * row_bytes;
+    const int64_t c0 = g * 32;
+    const int cnt = cols - c0 < 32 ? static_cast<int>(cols - c0) : 32;
+    float v[32];
+    if (type == WType::kQ8_0) {
+      const uint8_t* blk = row + g * 34;
+      const float d = internal::F16Bits(internal::LoadU16(blk));
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        v[j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+      }
+    } else if (type == WType::kQ4_0 || type == WType::kQ4_1) {
+      const bool q41 = type == WType::kQ4_1;
+      const uint8_t* blk = row + g * (q41 ? 20 : 18);
+      const float d = internal::F16Bits(internal::LoadU16(blk));
+      const float m = q41 ? internal::F16Bits(internal::LoadU16(blk + 2)) : 0.f;
+      const uint8_t* qs = blk + (q41 ? 4 : 2);
+      const int off = q41 ? 0 : 8;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int q = qs[j];
+        v[j] = d * static_cast<float>((q & 15) - off) + m;
+        v[j + 16] = d * static_cast<float>((q >> 4) - off) + m;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        v[j] = j < cnt ? internal::LoadElement(type, row, c0 + j) : 0.0f;
+      }
+    }
+    uint16_t* o = dst + r * cols + c0;
+    if (vec_store && cnt == 32) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        uint32_t p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          p[e] = static_cast<uint32_t>(ToHalfBits(v[8 * k + 2 * e], bf16)) |
+                 (static_cast<uint32_t>(ToHalfBits(v[8 * k + 2 * e + 1], bf16))
+                  << 16);
+        }
+        reinterpret_cast<uint4*>(o)[k] = make_uint4(p[0], p[1], p[2], p[3]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        if (j < cnt) o[j] = ToHalfBits(v[j], bf16);
+      }
+    }
   }
 }
 
@@ -99,9 +150,11 @@ cudaError_t DequantizeToHalf(const DeviceMatrix& w, HalfType type, void* dst,
     return Fail("DequantizeToHalf: null/misaligned dst or type %d",
                 static_cast<int>(type));
   }
-  DequantKernel<<<Blocks(w.rows * w.cols), 256, 0, stream>>>(
-      w.type, static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.row_bytes,
-      type == HalfType::kBF16, static_cast<uint16_t*>(dst));
+  const bool vec_store = internal::Aligned(dst, 16) && w.cols % 8 == 0;
+  DequantKernel<<<Blocks(w.rows * internal::CeilDiv(w.cols, 32)), 256, 0,
+                  stream>>>(w.type, static_cast<const uint8_t*>(w.data), w.rows,
+                            w.cols, w.row_bytes, type == HalfType::kBF16,
+                            static_cast<uint16_t*>(dst), vec_store);
   return CheckLaunch("DequantizeToHalf");
 }
 
