@@ -238,6 +238,21 @@ void Policy::Finish(SeqId id) {
   to_release_.push_back(id);
 }
 
+int64_t Policy::decoding() const {
+  int64_t n = 0;
+  for (SeqId id : running_) {
+    const Seq& s = seqs_.at(id);
+    n += s.prefilled >= s.target_prompt ? 1 : 0;
+  }
+  return n;
+}
+
+void Policy::MarkFinished(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second.running) return;
+  Finish(id);
+}
+
 void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
   absl::flat_hash_set<SeqId> finished;
   for (const ItemOutcome& o : outcomes) {

@@ -124,6 +124,12 @@ class Policy {
   // when the id is unknown (already finished).
   bool Cancel(SeqId id);
 
+  // Records that the engine finished `id` (stop, length) after its plan was
+  // committed: it leaves like a finished sequence (released at the next
+  // Plan). No-op for an unknown or already finished id. For a shell that
+  // commits plans optimistically before their outcomes arrive.
+  void MarkFinished(SeqId id);
+
   // Forgets a sequence without planning a release (the engine lost it).
   void Drop(SeqId id);
 
@@ -141,6 +147,8 @@ class Policy {
   SequenceView View(SeqId id) const;  // zero view when unknown
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  // Running sequences past their prompt (each decodes one token a step).
+  int64_t decoding() const;
   int64_t free_pages() const { return free_pages_; }
   int64_t preemptions() const { return preemptions_; }
   bool idle() const { return seqs_.empty() && to_release_.empty(); }

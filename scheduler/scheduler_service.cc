@@ -140,7 +140,8 @@ const std::vector<cli::FlagSpec>& SchedulerFlags() {
       {"chunk", true, "prefill chunk per sequence and step; 0 = chunking off (default 256)"},
       {"max-running", true, "most sequences running at once (default 64)"},
       {"max-queue", true, "waiting queue bound (default 1024)"},
-      {"itl-slowdown", true, "adapt the step budget so a step costs at most X times a decode-only step (fitted online; 0 = off)"},
+      {"itl-slowdown", true, "adapt the step budget so a step with prefill costs at most X times a decode-only step while sequences decode (fitted online; default 1.5; 0 = fixed budget)"},
+      {"pipeline-depth", true, "steps written to the engine ahead of their results (default 2: the next step waits at the engine while one runs; 1 = none)"},
       {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
       {"name", true, "model name for the vllm:* gauges' model_name label (default: the engine's)"},
       {"config", true, "JSON config file (section \"scheduler\")"},
@@ -155,7 +156,7 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
   ShellOptions options;
   options.engine_target = args.String("engine", "127.0.0.1:50053");
   options.step_log_path = args.String("step-log", "");
-  auto slowdown = args.Double("itl-slowdown", 0);
+  auto slowdown = args.Double("itl-slowdown", 1.5);
   if (!slowdown.ok() || *slowdown < 0) {
     std::fprintf(stderr, "pdserve scheduler: --itl-slowdown must be a number >= 0\n");
     return 2;
@@ -167,6 +168,7 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
                     IntFlag{"chunk", &options.policy.prefill_chunk},
                     IntFlag{"max-running", &options.policy.max_running},
                     IntFlag{"max-queue", &options.policy.max_waiting},
+                    IntFlag{"pipeline-depth", &options.pipeline_depth},
                     IntFlag{"port", &port}}) {
     auto v = args.Int(f.name, *f.out);
     if (!v.ok() || *v < 0 ||

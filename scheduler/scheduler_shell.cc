@@ -143,6 +143,7 @@ bool SchedulerShell::ConnectEngine() {
     engine_ready_ = true;
   }
   engine_pid_ = info.pid();
+  OpenStepStream();
   std::fprintf(stderr,
                "pdserve scheduler: engine ready (%s, pid %ld, %ld pages of %d "
                "tokens, capacity %d)\n",
@@ -163,6 +164,7 @@ void SchedulerShell::FailAll(const grpc::Status& status) {
   for (auto& [id, r] : requests_) r.sink->Close(status);
   requests_.clear();
   policy_.reset();
+  CloseStepStream();
 }
 
 void SchedulerShell::Loop() {
@@ -180,7 +182,7 @@ void SchedulerShell::Loop() {
       continue;
     }
     DrainInbox();
-    if (policy_->idle()) {
+    if (policy_->idle() && in_flight_.empty()) {
       PublishStatus();
       bool woken;
       {
@@ -241,51 +243,6 @@ void SchedulerShell::DrainInbox() {
   }
 }
 
-void SchedulerShell::ReleaseInEngine(const std::vector<SeqId>& ids) {
-  if (ids.empty()) return;
-  v1::ReleaseRequest req;
-  for (SeqId id : ids) req.add_seq_ids(id);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
-  v1::ReleaseResponse resp;
-  // NOT_FOUND (never added, or already gone) is harmless here.
-  grpc::Status s = engine_->Release(&ctx, req, &resp);
-  if (!s.ok() && EngineLost(s)) LoseEngine("engine lost: " + s.error_message());
-}
-
-bool SchedulerShell::AddToEngine(uint64_t id, Request& r) {
-  v1::AddSequenceRequest req;
-  req.set_seq_id(id);
-  *req.mutable_prompt_ids() = r.spec.prompt_ids();
-  // Recompute after preemption: the tokens generated so far join the prompt.
-  for (int32_t t : r.generated) req.add_prompt_ids(t);
-  const int64_t remaining =
-      r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
-  req.set_max_new_tokens(static_cast<int32_t>(remaining));
-  req.set_max_seq_len(static_cast<int32_t>(std::min<int64_t>(
-      policy_->pool().max_seq_len, req.prompt_ids_size() + remaining)));
-  *req.mutable_sampling() = r.spec.sampling();
-  *req.mutable_stop_ids() = r.spec.stop_ids();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
-  v1::AddSequenceResponse resp;
-  grpc::Status s = engine_->AddSequence(&ctx, req, &resp);
-  if (s.ok()) {
-    if (!r.was_admitted) r.admitted = Clock::now();
-    r.was_admitted = true;
-    return true;
-  }
-  if (EngineLost(s)) {
-    LoseEngine("engine lost: " + s.error_message());
-    return false;
-  }
-  // The engine refused this request only (e.g. a token id out of range).
-  r.sink->Close(s);
-  policy_->Drop(id);
-  requests_.erase(id);
-  return false;
-}
-
 void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
@@ -321,7 +278,11 @@ void SchedulerShell::AdaptBudget() {
     if (fit.ok() && fit->prefill_token_ms > 0) cost_ = *fit;
   }
   if (!cost_.has_value()) return;
-  const int64_t decodes = policy_->running();
+  const int64_t decodes = policy_->decoding();
+  if (decodes == 0) {  // no inter-token latency to protect
+    policy_->set_step_token_budget(options_.policy.step_token_budget);
+    return;
+  }
   const double decode_ms = cost_->StepMs(0, decodes);
   const double extra_ms = (options_.itl_slowdown - 1.0) * decode_ms;
   const int64_t prefill = std::clamp<int64_t>(
@@ -329,80 +290,6 @@ void SchedulerShell::AdaptBudget() {
       options_.min_prefill_chunk, options_.policy.step_token_budget);
   policy_->set_step_token_budget(
       std::min(options_.policy.step_token_budget, decodes + prefill));
-}
-
-void SchedulerShell::RunStep() {
-  AdaptBudget();
-  StepPlan plan = policy_->Plan();
-  ReleaseInEngine(plan.release);
-  if (!engine_ready_) return;
-  for (SeqId id : plan.cancelled) Finish(id, v1::FINISH_REASON_CANCELLED);
-  absl::flat_hash_set<SeqId> refused;
-  for (SeqId id : plan.admit) {
-    auto it = requests_.find(id);
-    if (it == requests_.end() || !AddToEngine(id, it->second)) {
-      if (!engine_ready_) return;
-      refused.insert(id);
-    }
-  }
-  if (plan.items.empty()) {
-    policy_->Commit({});
-    // An empty plan with no events (nothing fits yet) is not an iteration;
-    // PublishStatus still refreshes the queue gauges.
-    if (!plan.admit.empty() || !plan.cancelled.empty() ||
-        !plan.preempted.empty()) {
-      RecordIteration(plan, 0);
-    }
-    return;
-  }
-  v1::StepRequest req;
-  for (const PlanItem& item : plan.items) {
-    if (refused.contains(item.id)) continue;
-    v1::StepItem* s = req.add_items();
-    s->set_seq_id(item.id);
-    s->set_num_tokens(static_cast<int32_t>(item.num_tokens));
-  }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.step_deadline);
-  v1::StepResponse resp;
-  grpc::Status s = engine_->Step(&ctx, req, &resp);
-  if (!s.ok()) {
-    // A refused step means the policy and the engine disagree about state;
-    // both are reset the same way as after an engine loss.
-    LoseEngine("engine step failed: " + s.error_message());
-    return;
-  }
-  ++steps_;
-  samples_.push_back({plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
-  if (samples_.size() > 256) samples_.pop_front();
-  if (step_log_ != nullptr) {
-    std::fprintf(step_log_, "%ld,%ld,%.3f\n", static_cast<long>(plan.prefill_tokens),
-                 static_cast<long>(plan.decode_tokens), resp.step_ms());
-    std::fflush(step_log_);
-  }
-  const Clock::time_point now = Clock::now();
-  std::vector<ItemOutcome> outcomes;
-  std::vector<std::pair<uint64_t, v1::FinishReason>> finished;
-  for (const v1::SequenceOutput& out : resp.outputs()) {
-    const bool done = out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-    outcomes.push_back({out.seq_id(), done});
-    auto it = requests_.find(out.seq_id());
-    if (it == requests_.end()) continue;
-    Request& r = it->second;
-    if (out.has_token()) {
-      if (r.generated.empty()) r.first_token = now;
-      r.last_token = now;
-      r.generated.push_back(out.token_id());
-      v1::TokenEvent event;
-      event.add_token_ids(out.token_id());
-      event.add_logprobs(out.logprob());
-      r.sink->Send(event);
-    }
-    if (done) finished.emplace_back(out.seq_id(), out.finish_reason());
-  }
-  policy_->Commit(outcomes);
-  for (auto [id, reason] : finished) Finish(id, reason);
-  RecordIteration(plan, static_cast<int64_t>(finished.size()));
 }
 
 void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {

@@ -46,6 +46,12 @@ struct ShellOptions {
   // time (a StepCostModel fitted online to recent steps) stays within this
   // factor of a decode-only step; 0 = fixed budget.
   double itl_slowdown = 0;
+  // Steps written to the engine ahead of their results (StepStream): 2 means
+  // the next step is queued at the engine while one runs, so the engine
+  // never waits for a round trip; 1 sends a step only after the last
+  // result. With depth 2 a cancellation frees its pages before the second
+  // step after it arrives (the queued step still carries the sequence).
+  int64_t pipeline_depth = 2;
   int64_t min_prefill_chunk = 1;  // prefill tokens always allowed per step
   // Not owned, may be null: receives one RecordIteration per step and one
   // RecordRejection per refused submission. Must outlive the shell.
@@ -100,7 +106,22 @@ class SchedulerShell {
   void Loop();
   bool ConnectEngine();
   void DrainInbox();
+  // One turn of the step pipeline: plans and writes a step while fewer than
+  // pipeline_depth are in flight, then reads the oldest result when the
+  // pipeline is full or there is nothing more to plan.
   void RunStep();
+  // Opens the StepStream to the engine (after GetInfo succeeded).
+  void OpenStepStream();
+  // Cancels the StepStream (if open) and forgets the steps in flight.
+  void CloseStepStream();
+  // Plans the next step (committed optimistically: outcomes arrive later)
+  // and writes it; false when there was nothing to write.
+  bool DispatchNext();
+  // Reads and applies the oldest in-flight result; false when the engine
+  // was lost.
+  bool ReceiveOne();
+  void ApplyResponse(const StepPlan& plan, const v1::StepResponse& resp);
+  void FillAdmit(uint64_t id, const Request& r, v1::AddSequenceRequest* add);
   // Ends every open request with `status` and resets the policy.
   void FailAll(const grpc::Status& status);
   // Fails everything with UNAVAILABLE(why) and starts reconnecting.
@@ -108,8 +129,6 @@ class SchedulerShell {
   // Liveness ping while idle: a dead or restarted engine is lost.
   void CheckEngine();
   void Finish(uint64_t id, v1::FinishReason reason);
-  bool AddToEngine(uint64_t id, Request& r);
-  void ReleaseInEngine(const std::vector<SeqId>& ids);
   void PublishStatus();
   // Sets the policy's budget from the fitted step cost (itl_slowdown).
   void AdaptBudget();
@@ -120,6 +139,13 @@ class SchedulerShell {
 
   ShellOptions options_;
   std::unique_ptr<v1::Engine::Stub> engine_;
+  // The pipelined step channel and the plans written to it, oldest first
+  // (loop thread only).
+  std::unique_ptr<grpc::ClientContext> stream_ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>>
+      stream_;
+  std::deque<StepPlan> in_flight_;
+  std::vector<SeqId> engine_forget_;  // refused admissions to release
   std::unique_ptr<Policy> policy_;  // loop thread only
   absl::flat_hash_map<uint64_t, Request> requests_;  // loop thread only
   std::FILE* step_log_ = nullptr;

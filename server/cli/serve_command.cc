@@ -46,7 +46,8 @@ const std::vector<FlagSpec>& Flags() {
       {"page-size", true, "tokens per KV page"},
       {"max-sequences", true, "engine: sequences live at once"},
       {"max-step-tokens", true, "engine: most tokens in one step"},
-      {"itl-slowdown", true, "scheduler: adapt the step budget so a step costs at most X times a decode-only step (0 = off)"},
+      {"itl-slowdown", true, "scheduler: adapt the step budget so a step with prefill costs at most X times a decode-only step (default 1.5; 0 = fixed budget)"},
+      {"pipeline-depth", true, "scheduler: steps queued at the engine ahead of their results (default 2; 1 = none)"},
       {"budget", true, "scheduler: tokens per step"},
       {"chunk", true, "scheduler: prefill chunk (0 = off)"},
       {"max-running", true, "scheduler: sequences running at once"},
@@ -228,7 +229,8 @@ int RunServe(int argc, char** argv) {
                             "127.0.0.1", "--port", scheduler_port,
                             "--metrics-port", metrics[1]}};
   Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
-                              "step-log", "itl-slowdown", "name", "config"});
+                              "step-log", "itl-slowdown", "pipeline-depth", "name",
+                              "config"});
   Child front{"frontend", {"frontend", "--model", args->String("model", ""),
                            "--scheduler",
                            absl::StrCat("127.0.0.1:", scheduler_port), "--host",

@@ -105,6 +105,9 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
       std::vector<std::string> f =
           absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (f.size() >= 4 && f[0] == "scheduler" && f[1] == "pid") {
+        inst->scheduler_target_ = f[3];
+      }
       if (f.size() >= 4 && f[0] == "engine" && f[1] == "pid") {
         inst->engine_pid_ = std::atoi(f[2].c_str());
         inst->engine_target_ = f[3];
@@ -158,6 +161,10 @@ std::unique_ptr<v1::Inference::Stub> ServeInstance::Client() const {
 
 std::unique_ptr<v1::Engine::Stub> ServeInstance::EngineClient() const {
   return v1::Engine::NewStub(rpc::MakeChannel(engine_target_));
+}
+
+std::unique_ptr<v1::Scheduler::Stub> ServeInstance::SchedulerClient() const {
+  return v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_target_));
 }
 
 GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& req) {

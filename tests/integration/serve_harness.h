@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/api.grpc.pb.h"
 #include "pdserve/v1/engine.grpc.pb.h"
+#include "pdserve/v1/scheduler.grpc.pb.h"
 
 namespace pdserve::testing {
 
@@ -37,6 +38,7 @@ class ServeInstance {
   const std::string& target() const { return target_; }
   const std::string& engine_target() const { return engine_target_; }
   pid_t engine_pid() const { return engine_pid_; }
+  const std::string& scheduler_target() const { return scheduler_target_; }
   pid_t pid() const { return pid_; }
   std::string log() const;  // serve's stderr so far
   // Waits for serve to exit by itself (after a signal the test sent);
@@ -45,11 +47,12 @@ class ServeInstance {
 
   std::unique_ptr<v1::Inference::Stub> Client() const;
   std::unique_ptr<v1::Engine::Stub> EngineClient() const;
+  std::unique_ptr<v1::Scheduler::Stub> SchedulerClient() const;
 
  private:
   pid_t pid_ = -1;
   pid_t engine_pid_ = -1;
-  std::string target_, engine_target_;
+  std::string target_, engine_target_, scheduler_target_;
   std::string out_path_, err_path_;
 };
 

@@ -64,6 +64,30 @@ TEST(PolicyTest, DecodesFirstThenChunkedPrefillWithinBudget) {
   EXPECT_EQ(d.policy.free_pages(), 100);
 }
 
+// A pipelined shell commits each plan before its outcome arrives and marks
+// finishes later: the step already planned still carries the finished
+// sequence (the engine reports it without running); the next plan releases
+// it and its pages return.
+TEST(PolicyTest, OptimisticCommitThenLateFinish) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 3, 10);
+  d.Submit('B', 2, 10);
+  EXPECT_EQ(d.policy.decoding(), 0);
+  EXPECT_EQ(d.Step(), "+A +B | A3p B2p");  // outcome: both continue
+  EXPECT_EQ(d.policy.decoding(), 2);
+  EXPECT_EQ(d.Step(), "| A1 B1");  // in flight when B's stop arrives
+  d.policy.MarkFinished('B');
+  d.policy.MarkFinished('B');  // repeated reports are harmless
+  d.policy.MarkFinished('Z');  // unknown ids too
+  EXPECT_EQ(d.policy.decoding(), 1);
+  EXPECT_EQ(d.Step(), "-B | A1");
+  EXPECT_FALSE(d.policy.Contains('B'));
+  d.policy.MarkFinished('A');
+  EXPECT_EQ(d.Step(), "-A |");
+  EXPECT_TRUE(d.policy.idle());
+  EXPECT_EQ(d.policy.free_pages(), 100);
+}
+
 TEST(PolicyTest, BudgetCapsPrefillAcrossSequences) {
   Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 5, 2);

@@ -1,0 +1,189 @@
+// The scheduler shell's step pipeline: plans are committed optimistically
+// (every item assumed to continue) and written to the engine's StepStream up
+// to pipeline_depth ahead; results are applied as they arrive (tokens
+// streamed, finished sequences marked in the policy). The engine executes the
+// stream in order, and an entry for a sequence that already finished is
+// reported without running, so a speculative plan is always valid.
+#include <chrono>
+#include <cstdio>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+#include "scheduler/scheduler_shell.h"
+
+namespace pdserve::scheduler {
+
+void SchedulerShell::OpenStepStream() {
+  in_flight_.clear();
+  engine_forget_.clear();
+  stream_ctx_ = std::make_unique<grpc::ClientContext>();
+  stream_ = engine_->StepStream(stream_ctx_.get());
+}
+
+void SchedulerShell::RunStep() {
+  const int64_t depth = std::max<int64_t>(1, options_.pipeline_depth);
+  bool wrote = false;
+  if (static_cast<int64_t>(in_flight_.size()) < depth) {
+    wrote = DispatchNext();
+    if (!engine_ready_)
+      return;
+  }
+  // Read a result when the pipeline is full, or when nothing new could be
+  // planned (the results in flight are what will change that).
+  if (!in_flight_.empty() &&
+      (!wrote || static_cast<int64_t>(in_flight_.size()) >= depth)) {
+    ReceiveOne();
+  }
+}
+
+void SchedulerShell::FillAdmit(uint64_t id, const Request &r,
+                               v1::AddSequenceRequest *add) {
+  add->set_seq_id(id);
+  *add->mutable_prompt_ids() = r.spec.prompt_ids();
+  // Recompute after preemption: the tokens generated so far join the prompt.
+  for (int32_t t : r.generated)
+    add->add_prompt_ids(t);
+  const int64_t remaining =
+      r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+  add->set_max_new_tokens(static_cast<int32_t>(remaining));
+  add->set_max_seq_len(static_cast<int32_t>(std::min<int64_t>(
+      policy_->pool().max_seq_len, add->prompt_ids_size() + remaining)));
+  *add->mutable_sampling() = r.spec.sampling();
+  *add->mutable_stop_ids() = r.spec.stop_ids();
+}
+
+bool SchedulerShell::DispatchNext() {
+  AdaptBudget();
+  StepPlan plan = policy_->Plan();
+  policy_->Commit({}); // optimistic; finishes arrive with the results
+  // A preemption, or the readmission of a preempted request, needs every
+  // token generated so far: wait for the steps in flight first.
+  bool drain = !plan.preempted.empty();
+  for (SeqId id : plan.admit) {
+    auto it = requests_.find(id);
+    if (it != requests_.end() && it->second.was_admitted)
+      drain = true;
+  }
+  while (drain && !in_flight_.empty()) {
+    if (!ReceiveOne())
+      return false;
+  }
+  for (SeqId id : plan.cancelled)
+    Finish(id, v1::FINISH_REASON_CANCELLED);
+  v1::StepRequest req;
+  for (SeqId id : plan.release)
+    req.add_release_ids(id);
+  for (SeqId id : engine_forget_)
+    req.add_release_ids(id);
+  engine_forget_.clear();
+  const Clock::time_point now = Clock::now();
+  for (SeqId id : plan.admit) {
+    auto it = requests_.find(id);
+    if (it == requests_.end())
+      continue;
+    FillAdmit(id, it->second, req.add_admit());
+    if (!it->second.was_admitted)
+      it->second.admitted = now;
+    it->second.was_admitted = true;
+  }
+  for (const PlanItem &item : plan.items) {
+    v1::StepItem *s = req.add_items();
+    s->set_seq_id(item.id);
+    s->set_num_tokens(static_cast<int32_t>(item.num_tokens));
+  }
+  if (req.items_size() == 0 && req.release_ids_size() == 0 &&
+      req.admit_size() == 0) {
+    if (!plan.cancelled.empty() || !plan.preempted.empty()) {
+      RecordIteration(plan, 0);
+    }
+    return false;
+  }
+  if (!stream_->Write(req)) {
+    LoseEngine("engine lost: the step stream closed");
+    return false;
+  }
+  in_flight_.push_back(std::move(plan));
+  return true;
+}
+
+void SchedulerShell::CloseStepStream() {
+  in_flight_.clear();
+  if (stream_ == nullptr)
+    return;
+  stream_ctx_->TryCancel();
+  (void)stream_->Finish();
+  stream_.reset();
+  stream_ctx_.reset();
+}
+
+bool SchedulerShell::ReceiveOne() {
+  v1::StepResponse resp;
+  if (!stream_->Read(&resp)) {
+    grpc::Status s = stream_->Finish();
+    stream_.reset();
+    // A refused step means the policy and the engine disagree about state;
+    // both are reset the same way as after an engine loss.
+    LoseEngine(s.ok() ? "engine lost: the step stream ended"
+                      : "engine step failed: " + s.error_message());
+    return false;
+  }
+  StepPlan plan = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  ApplyResponse(plan, resp);
+  return true;
+}
+
+void SchedulerShell::ApplyResponse(const StepPlan &plan,
+                                   const v1::StepResponse &resp) {
+  for (const v1::RejectedSequence &r : resp.rejected()) {
+    // The engine refused this request only (e.g. a token id out of range).
+    auto it = requests_.find(r.seq_id());
+    if (it != requests_.end()) {
+      it->second.sink->Close(rpc::ToGrpc(
+          absl::Status(static_cast<absl::StatusCode>(r.code()), r.message())));
+      requests_.erase(it);
+    }
+    policy_->Drop(r.seq_id());
+    engine_forget_.push_back(r.seq_id());
+  }
+  if (resp.outputs_size() > 0) {
+    ++steps_;
+    samples_.push_back(
+        {plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
+    if (samples_.size() > 256)
+      samples_.pop_front();
+    if (step_log_ != nullptr) {
+      std::fprintf(step_log_, "%ld,%ld,%.3f\n",
+                   static_cast<long>(plan.prefill_tokens),
+                   static_cast<long>(plan.decode_tokens), resp.step_ms());
+      std::fflush(step_log_);
+    }
+  }
+  const Clock::time_point now = Clock::now();
+  int64_t finished = 0;
+  for (const v1::SequenceOutput &out : resp.outputs()) {
+    auto it = requests_.find(out.seq_id());
+    if (it == requests_.end())
+      continue; // cancelled or already finished
+    Request &r = it->second;
+    if (out.has_token()) {
+      if (r.generated.empty())
+        r.first_token = now;
+      r.last_token = now;
+      r.generated.push_back(out.token_id());
+      v1::TokenEvent event;
+      event.add_token_ids(out.token_id());
+      event.add_logprobs(out.logprob());
+      r.sink->Send(event);
+    }
+    if (out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      policy_->MarkFinished(out.seq_id());
+      Finish(out.seq_id(), out.finish_reason());
+      ++finished;
+    }
+  }
+  RecordIteration(plan, finished);
+}
+
+} // namespace pdserve::scheduler
