@@ -125,7 +125,8 @@ TEST(CudaGemmTest, F32ExactAndHalfTypesMatchReference) {
   std::mt19937 rng(11);
   CublasGemm gemm;
   CUDA_ASSERT_OK(gemm.Init());
-  const int64_t rows = 131, cols = 200, n = 37, xs = cols + 8, ys = rows + 5;
+  // cols 202: the activation conversion's last group of 4 is a tail.
+  const int64_t rows = 131, cols = 202, n = 37, xs = cols + 6, ys = rows + 5;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(DTypeName(t));
     const HostMatrix m = MakeMatrix(t, rows, cols, 0, rng);
@@ -231,6 +232,24 @@ TEST(CudaGemmTest, DequantizeToHalfDenseTypesWithTails) {
       }
     }
     EXPECT_EQ(half[rows * cols], 0) << "wrote past the matrix";
+  }
+  // Activation conversion with odd strides (the scalar path), both types.
+  const std::vector<float> x = RandomFloats(rows * 101, rng, -100, 100);
+  DeviceBuffer<float> d_x(x);
+  for (HalfType ht : {HalfType::kBF16, HalfType::kF16}) {
+    DeviceBuffer<uint16_t> d_xh(rows * 103);
+    CUDA_ASSERT_OK(ConvertF32ToHalf(d_x.get(), 101, rows, cols, ht, d_xh.get(),
+                                    103, nullptr));
+    const std::vector<uint16_t> xh = d_xh.Download();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < 103; ++c) {
+        const uint16_t want =
+            c >= cols ? 0
+                      : (ht == HalfType::kBF16 ? F32ToBF16(x[r * 101 + c])
+                                               : F32ToF16(x[r * 101 + c]));
+        ASSERT_EQ(xh[r * 103 + c], want) << r << "," << c;
+      }
+    }
   }
 }
 
