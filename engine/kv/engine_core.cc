@@ -520,12 +520,15 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       options.available_bytes = ReadMemAvailableBytes;
     } else {
       // A fractional budget is of the device's free memory (the plugin's
-      // query; its error, e.g. no driver, ends the creation here).
+      // query; its error, e.g. no driver, ends the creation here) less the
+      // weights, which the backend uploads before its KV cache (as stored
+      // or smaller, so their host size bounds them).
       BackendOptions bo;
       bo.plugin_path = options.backend_plugin_path;
       absl::StatusOr<DeviceInfo> info = QueryDevice(options.device, bo);
       if (!info.ok()) return info.status();
-      const int64_t free_bytes = info->free_bytes;
+      const int64_t free_bytes =
+          std::max<int64_t>(0, info->free_bytes - weights->weight_bytes);
       options.available_bytes = [free_bytes]() -> absl::StatusOr<int64_t> {
         return free_bytes;
       };

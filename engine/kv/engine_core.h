@@ -45,9 +45,9 @@ class ThreadPool;       // kernels/thread_pool.h
 
 // Engine construction options.
 struct EngineOptions {
-  // --kv-memory: bytes or a fraction of available memory (of the device's
-  // free memory for a device backend); when neither is set (the default)
-  // half of it.
+  // --kv-memory: bytes or a fraction of available memory (for a device
+  // backend: of the device's free memory less the model's weight bytes);
+  // when neither is set (the default) half of it.
   KvMemoryBudget kv_memory;
   // --device: where the forward pass runs. cuda loads the CUDA plugin
   // (engine/backend/backend_loader.h); the KV pool's capacity accounting
