@@ -272,10 +272,10 @@ TEST(BackendEngineTest, FractionalBudgetIsOfDeviceFreeMemory) {
   ASSERT_TRUE(e.ok()) << e.status();
   // The test plugin reports 64 MiB free; the weights will take their part.
   ASSERT_GT(w->weight_bytes, 0);
-  EXPECT_EQ((*e)->Geometry().budget_bytes,
-            static_cast<int64_t>(
-                static_cast<double>((int64_t{64} << 20) - w->weight_bytes) *
-                0.5));
+  EXPECT_EQ(
+      (*e)->Geometry().budget_bytes,
+      static_cast<int64_t>(
+          static_cast<double>((int64_t{64} << 20) - w->weight_bytes) * 0.5));
   EXPECT_THAT((*e)->Describe(), StartsWith("test-plugin:0"));
 }
 
