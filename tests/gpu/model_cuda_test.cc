@@ -155,6 +155,46 @@ TEST(CudaModelTest, AllLogitsRowsMatchCpu) {
             100 * w->config.num_layers * 2 * w->config.kv_dim() * 4);
 }
 
+// The cuBLAS (TF32 tensor-core) attention of long single spans, forced on
+// for a 100-token stories260K prompt (all logits), plus a chunk continuing
+// it (start_pos > 0): close to the CPU (TF32 rounds the inputs to 10-bit
+// mantissas, so the bound is loose) and the same top-1 on nearly all rows.
+TEST(CudaModelTest, GemmAttentionMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto w = LoadStories();
+  if (w == nullptr) GTEST_SKIP() << "stories260K not available";
+  CpuRef cpu(*w, kPages, kMaxTokens);
+  RunnerOptions o;
+  o.gemm_attention_min_rows = 16;
+  std::unique_ptr<ForwardBackend> gpu = MakeRunner(*w, o);
+  ASSERT_NE(gpu, nullptr);
+  const int64_t vocab = w->config.vocab_size;
+  const std::vector<int32_t> prompt = Prompt(130, vocab, 5);
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 100}, {100, 130}}) {
+    SequenceSpan s;
+    s.tokens = absl::MakeConstSpan(prompt.data() + begin, end - begin);
+    s.start_pos = begin;
+    s.page_table = Pages(0, 9);
+    s.all_logits = true;
+    std::vector<float> want((end - begin) * vocab), got(want.size());
+    ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(want)).ok());
+    ASSERT_TRUE(gpu->Run({&s, 1}, absl::MakeSpan(got), nullptr).ok());
+    float worst = 0.0f;
+    int same_top = 0;
+    for (int64_t r = 0; r < end - begin; ++r) {
+      const float* a = want.data() + r * vocab;
+      const float* b = got.data() + r * vocab;
+      for (int64_t v = 0; v < vocab; ++v) {
+        worst =
+            std::max(worst, std::fabs(a[v] - b[v]) / (1.0f + std::fabs(a[v])));
+      }
+      same_top += Argmax(a, vocab) == Argmax(b, vocab);
+    }
+    EXPECT_LT(worst, 3e-2f) << "span [" << begin << ", " << end << ")";
+    EXPECT_GE(same_top, (end - begin) * 9 / 10);
+  }
+}
+
 // Several sequences at different positions in one step (decode rows padded
 // into a graph bucket, then decode rows mixed with a prefill chunk) give the
 // logits each gets alone.

@@ -2,6 +2,8 @@
 // runner_step.cc, the kernels' order in runner_forward.cc.
 #include "kernels/cuda/plugin/cuda_runner.h"
 
+#include <cublas_v2.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -64,6 +66,8 @@ RunnerOptions RunnerOptions::FromEnvironment(int32_t device_index) {
       std::max<int64_t>(1, EnvInt("PDSERVE_CUDA_MATVEC_TOKENS", 8));
   o.max_graph_batch =
       std::max<int64_t>(1, EnvInt("PDSERVE_CUDA_GRAPH_BATCH", 256));
+  o.gemm_attention_min_rows =
+      std::max<int64_t>(0, EnvInt("PDSERVE_CUDA_GEMM_ATTENTION_ROWS", 256));
   return o;
 }
 
@@ -348,6 +352,7 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   host_sampled_ = static_cast<int32_t *>(h);
   PDSERVE_RETURN_IF_ERROR(AllocatePinned(&h, t * 4, "sampling"));
   host_logprobs_ = static_cast<float *>(h);
+  PDSERVE_RETURN_IF_ERROR(InitGemmAttention());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
@@ -357,6 +362,9 @@ CudaRunner::~CudaRunner() {
   if (compute_ != nullptr) cudaStreamSynchronize(compute_);
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
   for (auto &[key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (attn_blas_ != nullptr) {
+    cublasDestroy(static_cast<cublasHandle_t>(attn_blas_));
+  }
   for (void *p : device_allocs_) cudaFree(p);
   for (void *p : pinned_allocs_) cudaFreeHost(p);
   for (int i = 0; i < 2; ++i) {

@@ -31,6 +31,11 @@ struct RunnerOptions {
   // converted to the weight type; quantized weights: dequantized to bf16
   // per matrix first). Default: the MatVec kernel's limit, 8.
   int64_t matvec_max_tokens = 8;
+  // A step that is ONE span of at least this many tokens computes its
+  // attention with cuBLAS GEMMs on TF32 tensor cores (scores materialised,
+  // up to 1 GiB, in head chunks) instead of the f32 SIMT flash kernel;
+  // 0 = never.
+  int64_t gemm_attention_min_rows = 256;
   // Capture decode steps (every span one token) as CUDA graphs per
   // (batch bucket, KV-length bucket) and replay them.
   bool use_graphs = true;
@@ -39,7 +44,8 @@ struct RunnerOptions {
   int64_t max_graph_batch = 256;
 
   // PDSERVE_CUDA_BF16=1, PDSERVE_CUDA_GRAPHS=0, PDSERVE_CUDA_MATVEC_TOKENS=N,
-  // PDSERVE_CUDA_GRAPH_BATCH=N override the defaults.
+  // PDSERVE_CUDA_GRAPH_BATCH=N, PDSERVE_CUDA_GEMM_ATTENTION_ROWS=N override
+  // the defaults.
   static RunnerOptions FromEnvironment(int32_t device_index);
 };
 

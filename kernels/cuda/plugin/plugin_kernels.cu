@@ -260,6 +260,62 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   }
 }
 
+__global__ void GatherKvKernel(const float *__restrict__ kv,
+                               int64_t page_stride, int64_t layer_offset,
+                               int64_t value_offset, int64_t kv_dim,
+                               int32_t page_size, int32_t num_pages,
+                               const int32_t *__restrict__ page_start,
+                               const int32_t *__restrict__ page_table,
+                               float *__restrict__ k, float *__restrict__ v) {
+  const int64_t j = blockIdx.x;
+  const int64_t e = j / page_size;
+  int64_t off = -1;
+  if (e < page_start[1] - page_start[0]) {
+    const int32_t page = page_table[page_start[0] + e];
+    if (page >= 0 && page < num_pages) {
+      off = page * page_stride + layer_offset + (j % page_size) * kv_dim;
+    }
+  }
+  for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
+    k[j * kv_dim + c] = off >= 0 ? kv[off + c] : 0.0f;
+    v[j * kv_dim + c] = off >= 0 ? kv[off + value_offset + c] : 0.0f;
+  }
+}
+
+__global__ void CausalSoftmaxKernel(float *s, int64_t rows, int64_t kv_len,
+                                    const int32_t *start_pos) {
+  __shared__ float red[32];
+  const int64_t i = blockIdx.x;  // row within the span
+  float *row = s + (static_cast<int64_t>(blockIdx.y) * rows + i) * kv_len;
+  const int64_t n = min(kv_len, static_cast<int64_t>(start_pos[0]) + i + 1);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, row[j]);
+  for (int o = 16; o > 0; o >>= 1)
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = -INFINITY;
+  for (int w = 0; w < warps; ++w) m = fmaxf(m, red[w]);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = expf(row[j] - m);
+    row[j] = e;
+    sum += e;
+  }
+  sum = WarpSum(sum);
+  if (lane == 0) red[warp] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int w = 0; w < warps; ++w) sum += red[w];
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int64_t j = threadIdx.x; j < kv_len; j += blockDim.x) {
+    row[j] = j < n ? row[j] * inv : 0.0f;
+  }
+}
+
 }  // namespace
 
 cudaError_t GatherRows(const float *src, int64_t src_stride, int64_t src_rows,
@@ -369,6 +425,37 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
                           kPrepWarps * 32,
                           kPrepWarps * prep.head_dim * sizeof(float), stream>>>(
       p);
+  return cudaGetLastError();
+}
+
+cudaError_t GatherKv(const cuda::DeviceKvCache &kv, int64_t layer,
+                     const cuda::AttentionBatch &batch, int64_t kv_len,
+                     float *k, float *v, cudaStream_t stream) {
+  if (kv_len <= 0) return cudaSuccess;
+  if (kv.data == nullptr || k == nullptr || v == nullptr || layer < 0 ||
+      layer >= kv.num_layers || batch.num_seqs < 1 ||
+      batch.page_start == nullptr || batch.page_table == nullptr ||
+      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  GatherKvKernel<<<static_cast<unsigned>(kv_len), 128, 0, stream>>>(
+      kv.data, kv.page_stride_floats, layer * 2 * kv.page_size * kv.kv_dim,
+      kv.page_size * kv.kv_dim, kv.kv_dim, static_cast<int32_t>(kv.page_size),
+      static_cast<int32_t>(kv.num_pages), batch.page_start, batch.page_table, k,
+      v);
+  return cudaGetLastError();
+}
+
+cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
+                          const int32_t *start_pos, cudaStream_t stream) {
+  if (heads <= 0 || rows <= 0 || kv_len <= 0) return cudaSuccess;
+  if (s == nullptr || start_pos == nullptr || rows > 0x7fffffff ||
+      heads > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  CausalSoftmaxKernel<<<dim3(static_cast<unsigned>(rows),
+                             static_cast<unsigned>(heads)),
+                        256, 0, stream>>>(s, rows, kv_len, start_pos);
   return cudaGetLastError();
 }
 

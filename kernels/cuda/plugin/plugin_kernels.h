@@ -65,6 +65,20 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
                             int64_t layer, const cuda::AttentionBatch &batch,
                             cudaStream_t stream);
 
+// Copies positions [0, kv_len) of `layer` of sequence 0 of `batch` (its
+// page table) out of the paged cache: keys to k [kv_len][kv.kv_dim], values
+// to v (same shape). A position whose page entry is missing or out of
+// range gives zeros.
+cudaError_t GatherKv(const cuda::DeviceKvCache &kv, int64_t layer,
+                     const cuda::AttentionBatch &batch, int64_t kv_len,
+                     float *k, float *v, cudaStream_t stream);
+
+// Causal softmax in place over scores s [heads][rows][kv_len]: row i may
+// see keys [0, start_pos + i] (start_pos = batch.start_pos[0], device);
+// the others become 0.
+cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
+                          const int32_t *start_pos, cudaStream_t stream);
+
 }  // namespace pdserve::cuda_runner
 
 #endif  // PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_

@@ -60,6 +60,7 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
 
 CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
   const int32_t hd = shape_.head_dim;
+  if (GemmAttentionFits(plan)) return AttnKind::kGemm;
   if ((hd != 64 && hd != 128 && hd != 256) || plan.seqs > 65535) {
     return AttnKind::kFallback;
   }
@@ -86,6 +87,9 @@ absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
       PDSERVE_CUDA_RETURN_IF_ERROR(
           cuda::PrefillAttention(kv_, layer, plan.attn, shape_, qkv_,
                                  qkv_width_, attn_, qd, compute_));
+      break;
+    case AttnKind::kGemm:
+      PDSERVE_RETURN_IF_ERROR(GemmAttention(plan, layer));
       break;
     case AttnKind::kFallback:
       PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(kv_, layer, plan.attn,

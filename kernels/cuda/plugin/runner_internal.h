@@ -75,7 +75,7 @@ class CudaRunner final : public ForwardBackend {
                             ForwardStats *stats) override;
 
  private:
-  enum class AttnKind { kDecode, kPrefill, kFallback };
+  enum class AttnKind { kDecode, kPrefill, kFallback, kGemm };
   using GraphKey =
       std::tuple<int64_t, int64_t, int, bool>;  // B, kv, parity, sample
 
@@ -109,6 +109,11 @@ class CudaRunner final : public ForwardBackend {
                       int64_t x_stride, int64_t n, float *y, int64_t y_stride);
   AttnKind ChooseAttention(const StepPlan &plan) const;
   absl::Status Attention(const StepPlan &plan, AttnKind kind, int64_t layer);
+  // runner_attention.cc: one long span's attention as cuBLAS GEMMs (TF32
+  // tensor cores): S = scale Q K^T, causal softmax, O = P V.
+  absl::Status InitGemmAttention();
+  bool GemmAttentionFits(const StepPlan &plan) const;
+  absl::Status GemmAttention(const StepPlan &plan, int64_t layer);
 
   const ModelConfig config_;
   const RunnerOptions options_;
@@ -153,7 +158,12 @@ class CudaRunner final : public ForwardBackend {
   float *head_x_ = nullptr, *head_xn_ = nullptr;  // [lm_chunk][hidden]
   void *gemm_scratch_ = nullptr;
   int64_t gemm_scratch_bytes_ = 0;
-  void *dequant_ = nullptr;  // bf16 copy of one quantized matrix (GEMM)
+  void *dequant_ = nullptr;    // bf16 copy of one quantized matrix (GEMM)
+  void *attn_blas_ = nullptr;  // cublasHandle_t of GemmAttention
+  float *kc_ = nullptr, *vc_ = nullptr;  // gathered keys/values [kv_cap_]
+  float *scores_ = nullptr;              // [heads][rows][kv_len]
+  int64_t scores_bytes_ = 0;
+  int64_t kv_cap_ = 0;
   void *decode_ws_ = nullptr;
   int64_t decode_ws_bytes_ = 0;
   std::vector<void *> device_allocs_;
