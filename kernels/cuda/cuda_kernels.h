@@ -77,6 +77,12 @@ enum class HalfType : int32_t { kF16 = 1, kBF16 = 30 };
 // Description of the thread's last failing launcher call ("" when none).
 const char* LastErrorDetail();
 
+// Sets the kernels' shared-memory attributes (PrefillAttention, SampleRows)
+// and caches the device's occupancy figures (DecodeAttention's split plan)
+// for the CURRENT device. The launchers do this on first use per device;
+// call it once per device before capturing launches in a CUDA graph.
+cudaError_t PrepareKernels();
+
 // ---------------------------------------------------------------------------
 // Embedding, norms, element-wise
 // ---------------------------------------------------------------------------

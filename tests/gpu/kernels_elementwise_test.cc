@@ -245,6 +245,12 @@ TEST(CudaElementwiseTest, SwiGluGateSplitAdd) {
   ExpectNear(d_q.Download(), gated, 0.0f, "add");
 }
 
+TEST(CudaElementwiseTest, PrepareKernelsSucceedsTwice) {
+  PDSERVE_REQUIRE_GPU();
+  CUDA_ASSERT_OK(PrepareKernels());
+  CUDA_ASSERT_OK(PrepareKernels());  // cached per device
+}
+
 // Host-side precondition checks: no device needed, nothing is launched.
 TEST(CudaElementwiseTest, RejectsBadShapesWithDetail) {
   float* fake = reinterpret_cast<float*>(uintptr_t{256});

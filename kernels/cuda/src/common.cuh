@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -22,6 +23,16 @@ cudaError_t CheckLaunch(const char* what);
 // Records a detail for an error code that is not InvalidValue.
 cudaError_t FailWith(cudaError_t code, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+// Raises `func`'s dynamic shared memory limit to `bytes` once per device
+// (`done` holds one bit per device id < 64; retried after a failure).
+cudaError_t EnsureSharedMemory(const void* func, int bytes,
+                               std::atomic<uint64_t>* done, const char* what);
+
+// Per-file parts of PrepareKernels().
+cudaError_t PreparePrefill();
+cudaError_t PrepareSampling();
+cudaError_t PrepareDecode();
 
 inline bool Aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;

@@ -300,6 +300,13 @@ int ResidentSlots() {
 
 }  // namespace
 
+namespace internal {
+cudaError_t PrepareDecode() {
+  ResidentSlots();
+  return cudaSuccess;
+}
+}  // namespace internal
+
 int64_t DecodeAttentionWorkspaceBytes(const AttentionShape& shape,
                                       int32_t num_seqs, int32_t max_kv_len) {
   if (shape.num_kv_heads <= 0 || shape.num_heads <= 0 ||

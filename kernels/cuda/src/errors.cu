@@ -18,6 +18,12 @@ void Record(const char* fmt, va_list args) {
 
 const char* LastErrorDetail() { return g_detail; }
 
+cudaError_t PrepareKernels() {
+  if (cudaError_t e = internal::PreparePrefill(); e != cudaSuccess) return e;
+  if (cudaError_t e = internal::PrepareSampling(); e != cudaSuccess) return e;
+  return internal::PrepareDecode();
+}
+
 namespace internal {
 
 cudaError_t Fail(const char* fmt, ...) {
@@ -43,6 +49,26 @@ cudaError_t CheckLaunch(const char* what) {
              cudaGetErrorString(e));
   }
   return e;
+}
+
+cudaError_t EnsureSharedMemory(const void* func, int bytes,
+                               std::atomic<uint64_t>* done, const char* what) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) {
+    return FailWith(e, "%s: cudaGetDevice: %s", what, cudaGetErrorString(e));
+  }
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit != 0 && (done->load(std::memory_order_acquire) & bit) != 0) {
+    return cudaSuccess;
+  }
+  const cudaError_t e = cudaFuncSetAttribute(
+      func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) {
+    return FailWith(e, "%s: %d bytes of shared memory on device %d: %s", what,
+                    bytes, dev, cudaGetErrorString(e));
+  }
+  if (bit != 0) done->fetch_or(bit, std::memory_order_release);
+  return cudaSuccess;
 }
 
 const char* TypeName(WType t) {

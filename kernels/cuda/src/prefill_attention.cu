@@ -5,7 +5,6 @@
 // KV head's group, so each K/V tile serves every head of the group.
 // 256 threads as 16 x 16: thread (ty, tx) owns query rows ty + 16 i
 // (i < 4), score columns tx + 16 j and output columns tx * 4 + 64 c + e.
-#include <mutex>
 
 #include "kernels/cuda/src/attention.cuh"
 
@@ -233,24 +232,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int D>
+cudaError_t EnsureSmem() {
+  static std::atomic<uint64_t> done{0};
+  return internal::EnsureSharedMemory(
+      reinterpret_cast<const void*>(PrefillKernel<D>),
+      static_cast<int>(Cfg<D>::kSmemBytes), &done, "PrefillAttention");
+}
+
+template <int D>
 cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
                    const AttentionBatch& batch, const AttentionShape& shape,
                    const float* q, int64_t qs, float* out, int64_t os,
                    float scale, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t attr = cudaSuccess;
-  std::call_once(once, [] {
-    attr = cudaFuncSetAttribute(PrefillKernel<D>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(Cfg<D>::kSmemBytes));
-  });
-  if (attr != cudaSuccess) {
-    return internal::FailWith(attr,
-                              "PrefillAttention: %lld bytes of shared "
-                              "memory for head_dim %d: %s",
-                              static_cast<long long>(Cfg<D>::kSmemBytes), D,
-                              cudaGetErrorString(attr));
-  }
+  if (cudaError_t e = EnsureSmem<D>(); e != cudaSuccess) return e;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int hpb = group < kRows ? group : kRows;
   const int head_groups = static_cast<int>(CeilDiv(group, hpb));
@@ -265,6 +259,14 @@ cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
 }
 
 }  // namespace
+
+namespace internal {
+cudaError_t PreparePrefill() {
+  if (cudaError_t e = EnsureSmem<64>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<128>(); e != cudaSuccess) return e;
+  return EnsureSmem<256>();
+}
+}  // namespace internal
 
 cudaError_t PrefillAttention(const DeviceKvCache& kv, int64_t layer,
                              const AttentionBatch& batch,

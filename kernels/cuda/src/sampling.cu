@@ -332,6 +332,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+namespace internal {
+cudaError_t PrepareSampling() {
+  static std::atomic<uint64_t> done{0};
+  return EnsureSharedMemory(reinterpret_cast<const void*>(SampleKernel),
+                            static_cast<int>(sizeof(Smem)), &done,
+                            "SampleRows");
+}
+}  // namespace internal
+
 cudaError_t SampleRows(const float* logits, int64_t rows, int64_t vocab,
                        int64_t stride, const SampleParams* params,
                        int32_t* tokens, float* logprobs, cudaStream_t stream) {
@@ -345,14 +354,8 @@ cudaError_t SampleRows(const float* logits, int64_t rows, int64_t vocab,
         static_cast<long long>(stride));
   }
   if (rows == 0) return cudaSuccess;
-  static cudaError_t attr = cudaFuncSetAttribute(
-      SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(sizeof(Smem)));
-  if (attr != cudaSuccess) {
-    return internal::FailWith(attr,
-                              "SampleRows: %zu bytes of shared memory: "
-                              "%s",
-                              sizeof(Smem), cudaGetErrorString(attr));
+  if (cudaError_t e = internal::PrepareSampling(); e != cudaSuccess) {
+    return e;
   }
   SampleKernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Smem), stream>>>(
       logits, static_cast<int32_t>(vocab), stride, params, tokens, logprobs);
