@@ -13,7 +13,7 @@
 #   summary.json      test counts, failed tests, bench figures with their
 #                     fractions of peak, GPU name, timings, phase status
 #   configure.log build.log ctest.log junit.xml
-#   gpu_decode_bench.{json,log} gpu_kernels_bench.{json,log} nvidia-smi.txt
+#   gpu_decode_bench.{json,log} gpu_kernels_bench.log nvidia-smi.txt
 # A failing test does not stop the benchmarks; the exit status is non-zero
 # when the build failed or any test or bench failed.
 set -euo pipefail
@@ -51,25 +51,25 @@ GPU_DRIVER="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev
 log "GPU: ${GPU_NAME:-none} driver ${GPU_DRIVER:-?}"
 git -C "$ROOT" rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || echo unknown >"$OUT/commit.txt"
 
-# The gpu test targets: every pdserve_add_test(NAME x LABEL gpu ...).
-mapfile -t GPU_TESTS < <(grep -rhoE "NAME +[A-Za-z0-9_]+ +LABEL +gpu" tests \
-  --include='*.cmake' --include=CMakeLists.txt | awk '{print $2}' | sort -u)
 BENCHES=(gpu_decode_bench gpu_kernels_bench)
-log "gpu tests: ${GPU_TESTS[*]:-none}"
 
 if [[ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]]; then
-  run_phase configure 120 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-    -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  GEN=()
+  [[ -f "$BUILD/CMakeCache.txt" ]] || GEN=(-G "Unix Makefiles")
+  run_phase configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DPDSERVE_BUILD_TESTS=ON -DPDSERVE_BUILD_BENCH=ON
-  # Only targets that exist in this tree (the kernel bench may not).
-  TARGETS=()
   if grep -q "^configure=0$" "$STATUS_FILE"; then
+    # The plugin and the benches that exist in this tree, then every target
+    # of tests/gpu (all gpu-labelled tests live there).
     HELP="$(cmake --build "$BUILD" --target help 2>/dev/null || true)"
-    for t in pdserve_cuda "${GPU_TESTS[@]}" "${BENCHES[@]}"; do
+    TARGETS=()
+    for t in pdserve_cuda "${BENCHES[@]}"; do
       if grep -qE "(^|[ .])$t(:|$)" <<<"$HELP"; then TARGETS+=("$t"); fi
     done
-    log "building: ${TARGETS[*]}"
-    run_phase build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+    log "building: ${TARGETS[*]} + tests/gpu"
+    run_phase build 330 bash -c 'cmake --build "$1" -j "$2" --target "${@:3}" &&
+      cmake --build "$1/tests/gpu" -j "$2"' _ "$BUILD" "$JOBS" "${TARGETS[@]}"
   else
     phase build skipped
   fi
@@ -92,13 +92,8 @@ else
 fi
 KERNEL_BENCH="$BUILD/bench/gpu_kernels_bench"
 if [[ -x "$KERNEL_BENCH" ]]; then
-  if "$KERNEL_BENCH" --help 2>&1 | grep -q benchmark_filter; then
-    run_phase gpu_kernels_bench 90 "$KERNEL_BENCH" --benchmark_min_time=0.05 \
-      --benchmark_format=json --benchmark_out="$OUT/gpu_kernels_bench.json" \
-      --benchmark_out_format=json
-  else
-    run_phase gpu_kernels_bench 90 "$KERNEL_BENCH" --json "$OUT/gpu_kernels_bench.json"
-  fi
+  # One JSON object per line on stdout (gpu_kernels_bench.log).
+  run_phase gpu_kernels_bench 120 "$KERNEL_BENCH" --quick
 else
   phase gpu_kernels_bench missing
 fi
@@ -117,6 +112,20 @@ def load(name):
         return json.loads(text[text.index("{"):]) if text else None
     except Exception as e:  # missing or malformed
         return {"error": str(e)}
+def load_lines(name):
+    rows = []
+    try:
+        with open(os.path.join(out, name)) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError as e:
+        return {"error": str(e)}
+    return rows
 phases = {}
 with open(os.path.join(out, "phases.txt")) as f:
     for line in f:
@@ -155,6 +164,16 @@ if isinstance(decode, dict):
                         "unit": "TFLOP/s", "fraction_of_peak": p["peak_fraction"],
                         "peak": f"{decode.get('bf16_peak_tflops')} TFLOP/s dense bf16",
                         "ms": p["ms"], "goal": 0.5})
+kernels = load_lines("gpu_kernels_bench.log")
+if isinstance(kernels, list):
+    for row in kernels:
+        for key, val in row.items():
+            if key.startswith("frac") and isinstance(val, (int, float)):
+                label = ", ".join(f"{k} {v}" for k, v in row.items()
+                                  if not isinstance(v, float) and k != "bench")
+                figures.append({"name": f"kernel {row.get('bench')} ({label})",
+                                "fraction_of_peak": val, "peak": key,
+                                "value": val, "unit": "fraction"})
 summary = {
     "gpu": os.environ.get("GPU_NAME") or None,
     "driver": os.environ.get("GPU_DRIVER") or None,
@@ -164,7 +183,7 @@ summary = {
     "tests": tests,
     "figures": figures,
     "gpu_decode_bench": decode,
-    "gpu_kernels_bench": load("gpu_kernels_bench.json"),
+    "gpu_kernels_bench": kernels,
 }
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)

@@ -251,6 +251,9 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
     }
   }
   PDSERVE_CUDA_RETURN_IF_ERROR(gemm_.Init());
+  // Shared-memory attributes and occupancy figures of the kernel library,
+  // set before any launch is captured in a graph.
+  PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrepareKernels());
 
   // KV cache: the pool's pages plus one scratch page (padded graph rows).
   kv_.num_layers = c.num_kv_layers();
