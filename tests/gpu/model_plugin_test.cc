@@ -71,6 +71,64 @@ TEST(CudaPluginTest, ExportsOnlyTheAbiEntry) {
   // The engine never unloads plugins; neither does this test.
 }
 
+// Through the plugin's C entry (what the engine's loader does) a backend
+// gives the same logits as the runner linked directly.
+TEST(CudaPluginTest, PluginBackendEqualsDirectRunner) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  if (access(kPlugin.c_str(), R_OK) != 0) GTEST_SKIP() << "plugin not built";
+  auto w = LoadStories();
+  if (w == nullptr) GTEST_SKIP() << "stories260K not available";
+  void* h = dlopen(kPlugin.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto entry = reinterpret_cast<PdservePluginEntryFn>(
+      dlsym(h, PDSERVE_PLUGIN_ENTRY_SYMBOL));
+  ASSERT_NE(entry, nullptr);
+  const KvGeometry geometry = MakeGeometry(w->config, kPageSize, 16, 2);
+  PdserveBackendArgs args{};
+  args.struct_size = sizeof(args);
+  args.weights = w.get();
+  args.geometry = &geometry;
+  args.device_index = 0;
+  args.max_batch_tokens = 32;
+  ForwardBackend* raw = nullptr;
+  char err[512] = "";
+  ASSERT_EQ(entry()->create_backend(&args, &raw, err, sizeof(err)), 0) << err;
+  std::unique_ptr<ForwardBackend> plugin(raw);
+  auto direct = CreateCudaRunner(*w, geometry, 32, RunnerOptions{});
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  const int64_t vocab = w->config.vocab_size;
+  const std::vector<int32_t> tokens = {1, 40, 41, 300, 7};
+  const std::vector<int32_t> pages = Pages(0, 2);
+  SequenceSpan s;
+  s.tokens = tokens;
+  s.page_table = pages;
+  std::vector<float> a(vocab), b(vocab);
+  ForwardStats sa, sb;
+  ASSERT_TRUE(plugin->Run({&s, 1}, absl::MakeSpan(a), &sa).ok());
+  ASSERT_TRUE((*direct)->Run({&s, 1}, absl::MakeSpan(b), &sb).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(sa.flops, sb.flops);
+  EXPECT_TRUE(plugin->SamplesOnDevice());
+  // Device sampling with a temperature: reproducible for a (seed, step),
+  // the token among the top_k of the logits, logprob <= 0.
+  DeviceSamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 5;
+  p.seed = 42;
+  p.step = 3;
+  SampledToken t1, t2;
+  ASSERT_TRUE(plugin->RunAndSample({&s, 1}, {&p, 1}, {&t1, 1}, nullptr).ok());
+  ASSERT_TRUE(plugin->RunAndSample({&s, 1}, {&p, 1}, {&t2, 1}, nullptr).ok());
+  EXPECT_EQ(t1.token, t2.token);
+  EXPECT_FLOAT_EQ(t1.logprob, t2.logprob);
+  EXPECT_LE(t1.logprob, 0.0f);
+  ASSERT_GE(t1.token, 0);
+  ASSERT_LT(t1.token, vocab);
+  int above = 0;
+  for (int64_t v = 0; v < vocab; ++v) above += a[v] > a[t1.token];
+  EXPECT_LT(above, 5);
+}
+
 ModelWeights FakeModel(int64_t layers) {
   ModelWeights w;
   ModelConfig& c = w.config;
