@@ -8,7 +8,9 @@
 #
 # Environment: OUT (results folder), PDSERVE_BUILD_DIR (default build-gpu),
 # PDSERVE_JOBS (default 16), GPU_CHECK_LAYERS (decode bench layers, default
-# 36), GPU_CHECK_SKIP_BUILD=1 (reuse an existing build).
+# 36), GPU_CHECK_SKIP_BUILD=1 (reuse an existing build), GPU_CHECK_BUDGET_S
+# (default 470: each phase's time limit is cut to keep the whole run within
+# it, leaving time for the phases after it).
 # Everything is logged under the results folder:
 #   summary.json      test counts, failed tests, bench figures with their
 #                     fractions of peak, GPU name, timings, phase status
@@ -32,10 +34,17 @@ STATUS_FILE="$OUT/phases.txt"
 log() { echo "[gpu-check $(($(date +%s) - START))s] $*" | tee -a "$OUT/gpu-check.log"; }
 phase() { echo "$1=$2" >>"$STATUS_FILE"; }
 
+BUDGET="${GPU_CHECK_BUDGET_S:-470}"  # whole run, seconds
+
 # Runs "$@" with a time limit, output to $OUT/<name>.log; records the status.
+# The limit is cut so that `reserve` seconds of the budget stay for the
+# phases after this one.
 run_phase() {
-  local name="$1" limit="$2"
-  shift 2
+  local name="$1" limit="$2" reserve="$3"
+  shift 3
+  local left=$((BUDGET - ($(date +%s) - START) - reserve))
+  ((left < limit)) && limit=$left
+  ((limit < 10)) && limit=10
   log "$name (limit ${limit}s): $*"
   local rc=0
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
@@ -56,7 +65,7 @@ BENCHES=(gpu_decode_bench gpu_kernels_bench)
 if [[ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]]; then
   GEN=()
   [[ -f "$BUILD/CMakeCache.txt" ]] || GEN=(-G "Unix Makefiles")
-  run_phase configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
+  run_phase configure 120 300 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DPDSERVE_BUILD_TESTS=ON -DPDSERVE_BUILD_BENCH=ON
   if grep -q "^configure=0$" "$STATUS_FILE"; then
@@ -68,7 +77,7 @@ if [[ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]]; then
       if grep -qE "(^|[ .])$t(:|$)" <<<"$HELP"; then TARGETS+=("$t"); fi
     done
     log "building: ${TARGETS[*]} + tests/gpu"
-    run_phase build 330 bash -c 'cmake --build "$1" -j "$2" --target "${@:3}" &&
+    run_phase build 330 130 bash -c 'cmake --build "$1" -j "$2" --target "${@:3}" &&
       cmake --build "$1/tests/gpu" -j "$2"' _ "$BUILD" "$JOBS" "${TARGETS[@]}"
   else
     phase build skipped
@@ -77,14 +86,14 @@ fi
 
 # Tests: keep going on failure; JUnit for the counts.
 if [[ -d "$BUILD" ]]; then
-  run_phase ctest 200 ctest --test-dir "$BUILD" -L gpu --output-on-failure \
+  run_phase ctest 150 80 ctest --test-dir "$BUILD" -L gpu --output-on-failure \
     --timeout 120 --output-junit "$OUT/junit.xml"
 fi
 
 # Benchmarks, short repetitions.
 DECODE_BENCH="$BUILD/bench/gpu_decode_bench"
 if [[ -x "$DECODE_BENCH" ]]; then
-  run_phase gpu_decode_bench 150 "$DECODE_BENCH" --layers "$LAYERS" \
+  run_phase gpu_decode_bench 120 30 "$DECODE_BENCH" --layers "$LAYERS" \
     --batches 1,8,64 --context 512 --steps 10 --prefill 4096 --prefill_reps 2 \
     --json "$OUT/gpu_decode_bench.json"
 else
@@ -93,7 +102,7 @@ fi
 KERNEL_BENCH="$BUILD/bench/gpu_kernels_bench"
 if [[ -x "$KERNEL_BENCH" ]]; then
   # One JSON object per line on stdout (gpu_kernels_bench.log).
-  run_phase gpu_kernels_bench 120 "$KERNEL_BENCH" --quick
+  run_phase gpu_kernels_bench 90 0 "$KERNEL_BENCH" --quick
 else
   phase gpu_kernels_bench missing
 fi
