@@ -9,6 +9,9 @@ if(TARGET pdserve_cuda_runner AND TARGET pdserve_model AND TARGET pdserve_loader
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_plugin_test.cc
     LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv
          ${CMAKE_DL_LIBS})
+  pdserve_add_test(NAME model_pack_test LABEL gpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_pack_test.cc
+    LIBS pdserve_cuda_runner)
   if(TARGET pdserve_cuda)
     add_dependencies(model_plugin_test pdserve_cuda)
   endif()

@@ -1,5 +1,5 @@
 // The CudaRunner class behind CreateCudaRunner (cuda_runner.h). Internal to
-// the plugin: the runner's .cc files and nothing else include it.
+// the plugin: the runner's .cc files and its tests include it.
 #ifndef PDSERVE_KERNELS_CUDA_PLUGIN_RUNNER_INTERNAL_H_
 #define PDSERVE_KERNELS_CUDA_PLUGIN_RUNNER_INTERNAL_H_
 
@@ -55,6 +55,27 @@ struct StepPlan {
   const cuda::SampleParams *params = nullptr;
   cuda::AttentionBatch attn;
 };
+
+// How PackStep lays out a step (the runner's fixed parameters).
+struct PackConfig {
+  bool use_graphs = true;
+  int64_t graph_max = 0;      // largest decode batch run as a graph
+  int64_t max_positions = 0;  // bound of kv_bound for graph buckets
+  int64_t page_size = 0;
+  int32_t scratch_page = 0;  // page of the padded graph rows
+};
+
+// Writes one step's inputs into `staging` (StepLayout; big enough for the
+// batch) and returns the plan, its pointers into `device_inputs` (the
+// buffer the staging is copied to). Decode batches of at most graph_max
+// sequences (graphs on) are padded to the next power of two with one-token
+// rows on the scratch page and get kv_bound = the next power of two >= the
+// longest sequence (at least 128, at most max_positions). Logits rows: every
+// row of an all_logits span (not when sampling), else its last row. Pure
+// host code (testable without a device); parity is left 0.
+StepPlan PackStep(absl::Span<const SequenceSpan> batch,
+                  absl::Span<const DeviceSamplingParams> params, bool sample,
+                  const PackConfig &cfg, void *staging, void *device_inputs);
 
 class CudaRunner final : public ForwardBackend {
  public:

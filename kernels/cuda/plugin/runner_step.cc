@@ -103,9 +103,9 @@ absl::Status CudaRunner::Validate(absl::Span<const SequenceSpan> batch) const {
   return absl::OkStatus();
 }
 
-StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
-                          absl::Span<const DeviceSamplingParams> params,
-                          bool sample) {
+StepPlan PackStep(absl::Span<const SequenceSpan> batch,
+                  absl::Span<const DeviceSamplingParams> params, bool sample,
+                  const PackConfig &cfg, void *staging, void *device_inputs) {
   StepPlan plan;
   plan.sample = sample;
   plan.real_seqs = static_cast<int64_t>(batch.size());
@@ -118,18 +118,15 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
     decode &= s.size() == 1;
   }
   plan.decode = decode;
-  plan.graph = options_.use_graphs && decode && plan.real_seqs <= graph_max_;
+  plan.graph = cfg.use_graphs && decode && plan.real_seqs <= cfg.graph_max;
   plan.seqs = plan.graph ? CeilPow2(plan.real_seqs) : plan.real_seqs;
   plan.rows = plan.graph ? plan.seqs : rows;
   plan.max_q_len = q_max;
-  plan.kv_bound =
-      plan.graph
-          ? std::min(max_positions_, std::max<int64_t>(128, CeilPow2(kv_max)))
-          : kv_max;
-  plan.parity = parity_;
-  parity_ ^= 1;
-
-  void *h = staging_[plan.parity];
+  plan.kv_bound = plan.graph
+                      ? std::min(cfg.max_positions,
+                                 std::max<int64_t>(128, CeilPow2(kv_max)))
+                      : kv_max;
+  void *h = staging;
   const StepLayout l = StepLayout::For(plan.rows, plan.seqs);
   auto *tokens = At<int32_t>(h, l.tokens);
   auto *positions = At<int32_t>(h, l.positions);
@@ -150,7 +147,7 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
       start_pos[i] = 0;
       logit_src[logit_rows++] = static_cast<int32_t>(row);
       ++row;
-      pt[pages++] = static_cast<int32_t>(num_pages_);
+      pt[pages++] = cfg.scratch_page;
       sp[i] = p;
       continue;
     }
@@ -166,7 +163,7 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
       logit_src[logit_rows++] = static_cast<int32_t>(r);
     }
     const int64_t n_pages =
-        (s.start_pos + s.size() + page_size_ - 1) / page_size_;
+        (s.start_pos + s.size() + cfg.page_size - 1) / cfg.page_size;
     for (int64_t e = 0; e < n_pages; ++e) pt[pages++] = s.page_table[e];
     if (sample) {
       const DeviceSamplingParams &d = params[i];
@@ -184,7 +181,7 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
   plan.logit_rows = logit_rows;
   plan.pages = pages;
 
-  void *d = inputs_[plan.parity];
+  void *d = device_inputs;
   plan.tokens = At<int32_t>(d, l.tokens);
   plan.positions = At<int32_t>(d, l.positions);
   plan.logit_src = At<int32_t>(d, l.logit_src);
@@ -197,6 +194,22 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
   plan.attn.max_q_len = static_cast<int32_t>(plan.max_q_len);
   plan.attn.max_kv_len = static_cast<int32_t>(plan.kv_bound);
   plan.attn.total_rows = static_cast<int32_t>(plan.rows);
+  return plan;
+}
+
+StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
+                          absl::Span<const DeviceSamplingParams> params,
+                          bool sample) {
+  PackConfig cfg;
+  cfg.use_graphs = options_.use_graphs;
+  cfg.graph_max = graph_max_;
+  cfg.max_positions = max_positions_;
+  cfg.page_size = page_size_;
+  cfg.scratch_page = static_cast<int32_t>(num_pages_);
+  const int p = parity_;
+  parity_ ^= 1;
+  StepPlan plan = PackStep(batch, params, sample, cfg, staging_[p], inputs_[p]);
+  plan.parity = p;
   return plan;
 }
 
