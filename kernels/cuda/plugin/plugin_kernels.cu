@@ -182,7 +182,9 @@ struct PrepParams {
 
 constexpr int kPrepWarps = 4;
 
-// One block per row; each warp takes whole heads (staged in shared memory).
+// Block (row, y): warp w takes head y * kPrepWarps + w (staged in shared
+// memory); the last y copies the row's value heads into the cache. Spreading
+// heads over blocks keeps a one-row (batch-1 decode) launch short.
 __global__ void __launch_bounds__(kPrepWarps * 32)
     QkNormRopeStoreKernel(PrepParams p) {
   extern __shared__ float stage[];  // [kPrepWarps][head_dim]
@@ -216,47 +218,51 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   __syncthreads();
   const long long dst = s_dst;
   float *row = q.qkv + static_cast<int64_t>(r) * q.stride;
+  const int heads = q.num_heads + q.num_kv_heads;
+  const int head_blocks = (heads + kPrepWarps - 1) / kPrepWarps;
+  if (static_cast<int>(blockIdx.y) == head_blocks) {  // the value heads
+    if (dst >= 0) {
+      const float *vv = row + static_cast<int64_t>(heads) * hd;
+      float *vdst = p.kv + dst + p.value_offset;
+      for (int64_t i = threadIdx.x; i < p.kv_dim; i += blockDim.x) {
+        vdst[i] = vv[i];
+      }
+    }
+    return;
+  }
+  const int h = static_cast<int>(blockIdx.y) * kPrepWarps + warp;
+  if (h >= heads) return;  // no block-wide barrier below
   const float *cs = q.cos + static_cast<int64_t>(r) * half;
   const float *sn = q.sin + static_cast<int64_t>(r) * half;
   float *w = stage + warp * hd;
-  const int heads = q.num_heads + q.num_kv_heads;
-  for (int h = warp; h < heads; h += kPrepWarps) {
-    const bool is_k = h >= q.num_heads;
-    float *v = row + static_cast<int64_t>(h) * hd;  // k heads follow q heads
-    const float *nw = is_k ? q.k_norm : q.q_norm;
-    for (int i = lane; i < hd; i += 32) w[i] = v[i];
+  const bool is_k = h >= q.num_heads;
+  float *v = row + static_cast<int64_t>(h) * hd;  // k heads follow q heads
+  const float *nw = is_k ? q.k_norm : q.q_norm;
+  for (int i = lane; i < hd; i += 32) w[i] = v[i];
+  __syncwarp();
+  if (nw != nullptr) {
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) ss = fmaf(w[i], w[i], ss);
+    ss = WarpSum(ss);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + q.eps);
+    for (int i = lane; i < hd; i += 32) w[i] = nw[i] * (w[i] * scale);
     __syncwarp();
-    if (nw != nullptr) {
-      float ss = 0.0f;
-      for (int i = lane; i < hd; i += 32) ss = fmaf(w[i], w[i], ss);
-      ss = WarpSum(ss);
-      const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + q.eps);
-      for (int i = lane; i < hd; i += 32) w[i] = nw[i] * (w[i] * scale);
-      __syncwarp();
-    }
-    for (int i = lane; i < half; i += 32) {  // each lane owns its pairs
-      const int a = q.neox ? i : 2 * i;
-      const int b = q.neox ? i + half : 2 * i + 1;
-      const float x0 = w[a], x1 = w[b];
-      const float c = cs[i], s = sn[i];
-      w[a] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
-      w[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-    }
-    __syncwarp();
-    float *kdst = (is_k && dst >= 0)
-                      ? p.kv + dst + static_cast<int64_t>(h - q.num_heads) * hd
-                      : nullptr;
-    for (int i = lane; i < hd; i += 32) {
-      v[i] = w[i];
-      if (kdst != nullptr) kdst[i] = w[i];
-    }
-    __syncwarp();  // the stage is reused by the warp's next head
   }
-  if (dst >= 0) {
-    const float *vv = row + static_cast<int64_t>(heads) * hd;
-    float *vdst = p.kv + dst + p.value_offset;
-    for (int64_t i = threadIdx.x; i < p.kv_dim; i += blockDim.x)
-      vdst[i] = vv[i];
+  for (int i = lane; i < half; i += 32) {  // each lane owns its pairs
+    const int a = q.neox ? i : 2 * i;
+    const int b = q.neox ? i + half : 2 * i + 1;
+    const float x0 = w[a], x1 = w[b];
+    const float c = cs[i], s = sn[i];
+    w[a] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+    w[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+  }
+  __syncwarp();
+  float *kdst = (is_k && dst >= 0)
+                    ? p.kv + dst + static_cast<int64_t>(h - q.num_heads) * hd
+                    : nullptr;
+  for (int i = lane; i < hd; i += 32) {
+    v[i] = w[i];
+    if (kdst != nullptr) kdst[i] = w[i];
   }
 }
 
@@ -421,8 +427,11 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
   p.start_pos = batch.start_pos;
   p.page_start = batch.page_start;
   p.page_table = batch.page_table;
-  QkNormRopeStoreKernel<<<static_cast<unsigned>(batch.total_rows),
-                          kPrepWarps * 32,
+  const int heads = prep.num_heads + prep.num_kv_heads;
+  const dim3 grid(
+      static_cast<unsigned>(batch.total_rows),
+      static_cast<unsigned>((heads + kPrepWarps - 1) / kPrepWarps + 1));
+  QkNormRopeStoreKernel<<<grid, kPrepWarps * 32,
                           kPrepWarps * prep.head_dim * sizeof(float), stream>>>(
       p);
   return cudaGetLastError();
