@@ -12,7 +12,11 @@ if(TARGET pdserve_cuda_runner AND TARGET pdserve_model AND TARGET pdserve_loader
   pdserve_add_test(NAME model_pack_test LABEL gpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_pack_test.cc
     LIBS pdserve_cuda_runner)
+  pdserve_add_test(NAME model_engine_test LABEL gpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_engine_test.cc
+    LIBS pdserve_cuda_runner pdserve_kv pdserve_model pdserve_loader)
   if(TARGET pdserve_cuda)
+    add_dependencies(model_engine_test pdserve_cuda)
     add_dependencies(model_plugin_test pdserve_cuda)
   endif()
 endif()
