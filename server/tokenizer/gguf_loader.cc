@@ -93,8 +93,9 @@ absl::Status ReadByteLevelBpe(const GgufFile& f, VocabSpec* spec) {
         absl::StrCat(f.path(), ": ", kind.status().message()));
   }
   spec->pre = *kind;
-  // The Hugging Face reference normalises Qwen2 text to NFC.
-  spec->nfc = spec->pre == PreTokenizerKind::kQwen2;
+  // The Hugging Face reference normalises Qwen2 (and Qwen3.5) text to NFC.
+  spec->nfc = spec->pre == PreTokenizerKind::kQwen2 ||
+              spec->pre == PreTokenizerKind::kQwen35;
   spec->ignore_merges = spec->pre == PreTokenizerKind::kLlama3;
   spec->add_bos = spec->pre == PreTokenizerKind::kLlama3;
   auto merges = f.GetStringArray("tokenizer.ggml.merges");

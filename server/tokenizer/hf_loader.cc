@@ -131,7 +131,7 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Json& pre) {
       const std::string regex = StringField(a["pattern"], "Regex");
       for (PreTokenizerKind k :
            {PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
-            PreTokenizerKind::kGpt2}) {
+            PreTokenizerKind::kQwen35, PreTokenizerKind::kGpt2}) {
         if (regex == PreTokenizerRegex(k)) return k;
       }
       return absl::UnimplementedError(

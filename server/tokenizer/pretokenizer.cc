@@ -7,6 +7,7 @@ namespace pdserve {
 namespace {
 
 using unicode::kLetter;
+using unicode::kMark;
 using unicode::kNumber;
 using unicode::kSpace;
 
@@ -51,18 +52,26 @@ void Decode(std::string_view text, Decoded* d) {
   d->off.push_back(static_cast<uint32_t>(text.size()));
 }
 
-// Matches over code points [.., n) of one segment.
+// Matches over code points [.., n) of one segment. With `marks_are_letters`
+// (Qwen3.5) the letter class is [\p{L}\p{M}] wherever the regex says \p{L}+
+// or excludes \p{L} from a punctuation run; the optional one-character
+// prefix [^\r\n\p{L}\p{N}] of a letter run needs no change: a mark there is
+// part of the run either way.
 class Matcher {
  public:
-  Matcher(const Decoded& d, size_t n)
-      : cp_(d.cp.data()), fl_(d.fl.data()), n_(n) {}
+  Matcher(const Decoded& d, size_t n, bool marks_are_letters)
+      : cp_(d.cp.data()),
+        fl_(d.fl.data()),
+        n_(n),
+        letter_(marks_are_letters ? kLetter | kMark : kLetter) {}
 
-  bool L(size_t i) const { return i < n_ && (fl_[i] & kLetter); }
+  // \p{L}, or [\p{L}\p{M}] when marks count as letters.
+  bool L(size_t i) const { return i < n_ && (fl_[i] & letter_); }
   bool N(size_t i) const { return i < n_ && (fl_[i] & kNumber); }
   bool S(size_t i) const { return i < n_ && (fl_[i] & kSpace); }
-  // [^\s\p{L}\p{N}]
+  // [^\s\p{L}\p{N}] (or [^\s\p{L}\p{M}\p{N}])
   bool Other(size_t i) const {
-    return i < n_ && !(fl_[i] & (kLetter | kNumber | kSpace));
+    return i < n_ && !(fl_[i] & (letter_ | kNumber | kSpace));
   }
   bool CrLf(size_t i) const {
     return i < n_ && (cp_[i] == '\r' || cp_[i] == '\n');
@@ -157,11 +166,12 @@ class Matcher {
   const uint32_t* cp_;
   const uint8_t* fl_;
   size_t n_;
+  uint8_t letter_;  // class bits that make a letter
 };
 
 void SplitRange(PreTokenizerKind kind, const Decoded& d, size_t begin,
                 size_t end, std::vector<Piece>* pieces) {
-  const Matcher m(d, end);
+  const Matcher m(d, end, kind == PreTokenizerKind::kQwen35);
   size_t i = begin;
   while (i < end) {
     size_t e;
@@ -170,6 +180,7 @@ void SplitRange(PreTokenizerKind kind, const Decoded& d, size_t begin,
         e = m.Llama3(i, 3);
         break;
       case PreTokenizerKind::kQwen2:
+      case PreTokenizerKind::kQwen35:
         e = m.Llama3(i, 1);
         break;
       default:
@@ -196,13 +207,15 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(
   if (name == "qwen2" || name == "stablelm2" || name == "deepseek-r1-qwen") {
     return PreTokenizerKind::kQwen2;
   }
+  if (name == "qwen35") return PreTokenizerKind::kQwen35;
   if (name == "smollm" || name == "starcoder" || name == "refact" ||
       name == "codeshell") {
     return PreTokenizerKind::kSmolLM;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "unsupported pre-tokenizer '", std::string(name),
-      "' (supported: gpt-2, default, llama-bpe, llama3, qwen2, smollm)"));
+  return absl::NotFoundError(
+      absl::StrCat("unsupported pre-tokenizer '", std::string(name),
+                   "' (supported: gpt-2, default, llama-bpe, llama3, qwen2, "
+                   "qwen35, smollm)"));
 }
 
 std::string_view PreTokenizerRegex(PreTokenizerKind kind) {
@@ -214,6 +227,11 @@ std::string_view PreTokenizerRegex(PreTokenizerKind kind) {
     case PreTokenizerKind::kQwen2:
       return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
              "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+             "\\s+(?!\\S)|\\s+";
+    case PreTokenizerKind::kQwen35:
+      return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|"
+             "[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"
+             " ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
              "\\s+(?!\\S)|\\s+";
     default:
       return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| "
@@ -230,6 +248,8 @@ const char* PreTokenizerName(PreTokenizerKind kind) {
       return "llama-bpe";
     case PreTokenizerKind::kQwen2:
       return "qwen2";
+    case PreTokenizerKind::kQwen35:
+      return "qwen35";
     case PreTokenizerKind::kSmolLM:
       return "smollm";
   }

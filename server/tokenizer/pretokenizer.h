@@ -21,16 +21,20 @@ enum class PreTokenizerKind {
   kLlama3,
   // As kLlama3 with \p{N} (single digits) instead of \p{N}{1,3}.
   kQwen2,
+  // As kQwen2 with marks joining letters (Qwen3.5):
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+  //  ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kQwen35,
   // Every \p{N} character alone (Digits, individual_digits), then kGpt2.
   kSmolLM,
 };
 
 // Maps a GGUF `tokenizer.ggml.pre` value to a kind, following llama.cpp's
 // grouping: gpt-2/mpt/olmo/jais -> kGpt2; llama-bpe/llama3/dbrx/smaug-bpe ->
-// kLlama3; qwen2/stablelm2/deepseek-r1-qwen -> kQwen2; smollm/starcoder/
-// refact/codeshell -> kSmolLM. "default" (or a missing key) -> kGpt2, the
-// Hugging Face ByteLevel regex (llama.cpp uses a punctuation-first variant
-// there). NotFound names unknown values.
+// kLlama3; qwen2/stablelm2/deepseek-r1-qwen -> kQwen2; qwen35 -> kQwen35;
+// smollm/starcoder/refact/codeshell -> kSmolLM. "default" (or a missing key) ->
+// kGpt2, the Hugging Face ByteLevel regex (llama.cpp uses a punctuation-first
+// variant there). NotFound names unknown values.
 absl::StatusOr<PreTokenizerKind> PreTokenizerFromGgufName(
     std::string_view name);
 // The reference regex of the kind (for matching tokenizer.json patterns).

@@ -16,7 +16,7 @@ namespace pdserve {
 class GgufFile;
 
 // A loaded vocabulary with its encoding algorithm: byte-level BPE with a
-// per-family pre-tokenizer (GPT-2, Qwen2/2.5/3, Llama-3, SmolLM2), or
+// per-family pre-tokenizer (GPT-2, Qwen2/2.5/3, Qwen3.5, Llama-3, SmolLM2), or
 // SentencePiece-style BPE with byte fallback (Llama-2, llama2.c).
 // Immutable after loading (apart from an internal, locked word cache);
 // every method is thread-safe.

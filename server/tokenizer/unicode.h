@@ -1,5 +1,5 @@
 // UTF-8 and Unicode helpers for the tokenizers: validation, decoding,
-// code point classes (\p{L}, \p{N}, \s) and NFC normalisation. Pure
+// code point classes (\p{L}, \p{M}, \p{N}, \s) and NFC normalisation. Pure
 // functions over immutable tables; thread-safe.
 #ifndef PDSERVE_SERVER_TOKENIZER_UNICODE_H_
 #define PDSERVE_SERVER_TOKENIZER_UNICODE_H_
@@ -18,6 +18,7 @@ enum : uint8_t {
   kNumber = 2,     // general category N*
   kSpace = 4,      // White_Space property (what \s matches)
   kNfcUnsafe = 8,  // may change under NFC (ccc != 0 or NFC_QC No/Maybe)
+  kMark = 16,      // general category M* (combining marks)
 };
 
 // Class bits of code point `cp` (0 for unassigned or out of range).

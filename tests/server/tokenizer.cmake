@@ -17,3 +17,6 @@ pdserve_add_test(NAME tokenizer_cli_test LABEL unit
   LIBS pdserve_tokenizer)
 pdserve_add_test(NAME tokenizer_synthetic_test LABEL unit
   SOURCES tokenizer_synthetic_test.cc LIBS pdserve_tokenizer pdserve_formats)
+pdserve_add_test(NAME tokenizer_qwen35_test LABEL unit
+  SOURCES tokenizer_qwen35_test.cc
+  LIBS pdserve_tokenizer pdserve_formats nlohmann_json::nlohmann_json)

@@ -14,9 +14,10 @@ unicodedata and says so in the generated header.)
 Tables (all sorted, compact):
   kFlagRuns      run-length code point classes: (start << 8 | flags) where a
                  run extends to the next entry's start. Flags: letter (\\p{L}),
-                 number (\\p{N}), white space (\\s = White_Space), and
+                 number (\\p{N}), white space (\\s = White_Space),
                  "NFC-unsafe" (the character may change under NFC: nonzero
-                 combining class, NFC_Quick_Check No or Maybe).
+                 combining class, NFC_Quick_Check No or Maybe), and mark
+                 (\\p{M}, for the Qwen3.5 pre-tokenizer).
   kCccRuns       (start, end, combining class) for nonzero classes.
   kDecomp        (code point, first, second) single-level canonical
                  decompositions (second = 0 for singletons), Hangul excluded;
@@ -31,7 +32,7 @@ except ImportError:  # pragma: no cover - older tables, see the docstring
     import unicodedata
 
 MAX = 0x110000
-LETTER, NUMBER, SPACE, NFC_UNSAFE = 1, 2, 4, 8
+LETTER, NUMBER, SPACE, NFC_UNSAFE, MARK = 1, 2, 4, 8, 16
 
 # The White_Space property (PropList.txt); stable since Unicode 6.
 WHITE_SPACE = set(range(0x09, 0x0E)) | {0x20, 0x85, 0xA0, 0x1680} | set(
@@ -79,6 +80,8 @@ def main():
             f |= LETTER
         if cat[0] == 'N':
             f |= NUMBER
+        if cat[0] == 'M':
+            f |= MARK
         if cp in WHITE_SPACE:
             f |= SPACE
         if (unicodedata.combining(c) != 0 or cp in second_of_pair or
