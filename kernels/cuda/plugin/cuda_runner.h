@@ -31,11 +31,14 @@ struct RunnerOptions {
   // converted to the weight type; quantized weights: dequantized to bf16
   // per matrix first). Default: the MatVec kernel's limit, 8.
   int64_t matvec_max_tokens = 8;
-  // A step that is ONE span of at least this many tokens computes its
-  // attention with cuBLAS GEMMs on TF32 tensor cores (scores materialised,
-  // up to 1 GiB, in head chunks) instead of the f32 SIMT flash kernel;
-  // 0 = never.
+  // A step that is ONE span of at least this many tokens (context up to
+  // 16384) computes its attention with cuBLAS GEMMs on TF32 tensor cores
+  // (scores materialised, up to 1 GiB) instead of the f32 SIMT flash
+  // kernel; 0 = never.
   int64_t gemm_attention_min_rows = 256;
+  // Query rows per chunk of that path (each chunk sees only the keys its
+  // rows can attend to, skipping most of the causal upper triangle).
+  int64_t gemm_attention_chunk = 512;
   // Capture decode steps (every span one token) as CUDA graphs per
   // (batch bucket, KV-length bucket) and replay them.
   bool use_graphs = true;

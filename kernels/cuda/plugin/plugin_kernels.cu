@@ -272,6 +272,8 @@ __global__ void GatherKvKernel(const float *__restrict__ kv,
                                int32_t page_size, int32_t num_pages,
                                const int32_t *__restrict__ page_start,
                                const int32_t *__restrict__ page_table,
+                               int32_t num_heads, int32_t group,
+                               int32_t head_dim, int64_t head_stride,
                                float *__restrict__ k, float *__restrict__ v) {
   const int64_t j = blockIdx.x;
   const int64_t e = j / page_size;
@@ -282,18 +284,23 @@ __global__ void GatherKvKernel(const float *__restrict__ kv,
       off = page * page_stride + layer_offset + (j % page_size) * kv_dim;
     }
   }
-  for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    k[j * kv_dim + c] = off >= 0 ? kv[off + c] : 0.0f;
-    v[j * kv_dim + c] = off >= 0 ? kv[off + value_offset + c] : 0.0f;
+  const int64_t n = static_cast<int64_t>(num_heads) * head_dim;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t h = i / head_dim, d = i % head_dim;
+    const int64_t src = (h / group) * head_dim + d;  // in the kv_dim row
+    const int64_t dst = h * head_stride + j * head_dim + d;
+    k[dst] = off >= 0 ? kv[off + src] : 0.0f;
+    v[dst] = off >= 0 ? kv[off + value_offset + src] : 0.0f;
   }
 }
 
 __global__ void CausalSoftmaxKernel(float *s, int64_t rows, int64_t kv_len,
-                                    const int32_t *start_pos) {
+                                    int64_t row0, const int32_t *start_pos) {
   __shared__ float red[32];
   const int64_t i = blockIdx.x;  // row within the span
   float *row = s + (static_cast<int64_t>(blockIdx.y) * rows + i) * kv_len;
-  const int64_t n = min(kv_len, static_cast<int64_t>(start_pos[0]) + i + 1);
+  const int64_t n =
+      min(kv_len, static_cast<int64_t>(start_pos[0]) + row0 + i + 1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
   float m = -INFINITY;
@@ -437,26 +444,33 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
   return cudaGetLastError();
 }
 
-cudaError_t GatherKv(const cuda::DeviceKvCache &kv, int64_t layer,
-                     const cuda::AttentionBatch &batch, int64_t kv_len,
-                     float *k, float *v, cudaStream_t stream) {
+cudaError_t GatherKvExpanded(const cuda::DeviceKvCache &kv, int64_t layer,
+                             const cuda::AttentionBatch &batch, int64_t kv_len,
+                             int32_t num_heads, int32_t head_dim,
+                             int64_t head_stride, float *k, float *v,
+                             cudaStream_t stream) {
   if (kv_len <= 0) return cudaSuccess;
   if (kv.data == nullptr || k == nullptr || v == nullptr || layer < 0 ||
       layer >= kv.num_layers || batch.num_seqs < 1 ||
       batch.page_start == nullptr || batch.page_table == nullptr ||
-      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff) {
+      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff || head_dim < 1 ||
+      num_heads < 1 || kv.kv_dim % head_dim != 0 ||
+      num_heads % (kv.kv_dim / head_dim) != 0 ||
+      head_stride < kv_len * head_dim) {
     return cudaErrorInvalidValue;
   }
-  GatherKvKernel<<<static_cast<unsigned>(kv_len), 128, 0, stream>>>(
+  const int32_t group = num_heads / static_cast<int32_t>(kv.kv_dim / head_dim);
+  GatherKvKernel<<<static_cast<unsigned>(kv_len), 256, 0, stream>>>(
       kv.data, kv.page_stride_floats, layer * 2 * kv.page_size * kv.kv_dim,
       kv.page_size * kv.kv_dim, kv.kv_dim, static_cast<int32_t>(kv.page_size),
-      static_cast<int32_t>(kv.num_pages), batch.page_start, batch.page_table, k,
-      v);
+      static_cast<int32_t>(kv.num_pages), batch.page_start, batch.page_table,
+      num_heads, group, head_dim, head_stride, k, v);
   return cudaGetLastError();
 }
 
 cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
-                          const int32_t *start_pos, cudaStream_t stream) {
+                          int64_t row0, const int32_t *start_pos,
+                          cudaStream_t stream) {
   if (heads <= 0 || rows <= 0 || kv_len <= 0) return cudaSuccess;
   if (s == nullptr || start_pos == nullptr || rows > 0x7fffffff ||
       heads > 65535) {
@@ -464,7 +478,7 @@ cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
   }
   CausalSoftmaxKernel<<<dim3(static_cast<unsigned>(rows),
                              static_cast<unsigned>(heads)),
-                        256, 0, stream>>>(s, rows, kv_len, start_pos);
+                        256, 0, stream>>>(s, rows, kv_len, row0, start_pos);
   return cudaGetLastError();
 }
 

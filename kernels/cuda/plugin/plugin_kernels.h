@@ -66,18 +66,23 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
                             cudaStream_t stream);
 
 // Copies positions [0, kv_len) of `layer` of sequence 0 of `batch` (its
-// page table) out of the paged cache: keys to k [kv_len][kv.kv_dim], values
-// to v (same shape). A position whose page entry is missing or out of
-// range gives zeros.
-cudaError_t GatherKv(const cuda::DeviceKvCache &kv, int64_t layer,
-                     const cuda::AttentionBatch &batch, int64_t kv_len,
-                     float *k, float *v, cudaStream_t stream);
+// page table) out of the paged cache, head-major and expanded to the
+// `num_heads` query heads (grouped-query: query head h reads KV head
+// h / (num_heads / kv_heads)): k[h][j][0, head_dim) for j < kv_len, rows
+// head_stride floats apart per head (>= kv_len * head_dim); v likewise. A
+// position whose page entry is missing or out of range gives zeros.
+cudaError_t GatherKvExpanded(const cuda::DeviceKvCache &kv, int64_t layer,
+                             const cuda::AttentionBatch &batch, int64_t kv_len,
+                             int32_t num_heads, int32_t head_dim,
+                             int64_t head_stride, float *k, float *v,
+                             cudaStream_t stream);
 
-// Causal softmax in place over scores s [heads][rows][kv_len]: row i may
-// see keys [0, start_pos + i] (start_pos = batch.start_pos[0], device);
-// the others become 0.
+// Causal softmax in place over scores s [heads][rows][kv_len]: row i (row
+// row0 + i of the span) may see keys [0, start_pos + row0 + i] (start_pos =
+// batch.start_pos[0], device); the others become 0.
 cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
-                          const int32_t *start_pos, cudaStream_t stream);
+                          int64_t row0, const int32_t *start_pos,
+                          cudaStream_t stream);
 
 }  // namespace pdserve::cuda_runner
 
