@@ -24,7 +24,9 @@
 // f32:   [page][layer][0 = key, 1 = value][slot < page_size][kv_dim]
 // with pages `page_stride_floats` apart, so the KV pool's page ids index the
 // device cache 1:1 (the stride may be page_size * kv_dim * 2 * num_layers, or
-// the host's rounded-up stride).
+// the host's rounded-up stride). Optionally the same layout in bf16
+// (DeviceKvCache::type = KvType::kBF16): half the memory and the decode
+// bandwidth; keys/values are rounded to bf16 when stored, math stays f32.
 //
 // This header includes only cuda_runtime_api.h, so .cc files compiled by the
 // host compiler can use it; link pdserve_cuda_kernels.
@@ -222,7 +224,13 @@ class CublasGemm {
 // Paged attention
 // ---------------------------------------------------------------------------
 
+// Element type of the device KV cache.
+enum class KvType : int32_t { kF32 = 0, kBF16 = 1 };
+
 // The device KV cache (layout at the top of this file). Not owned.
+// For KvType::kBF16, `data` points at the bf16 storage (cast to float*) and
+// page_stride_floats counts bf16 ELEMENTS; it must then be a multiple of 8
+// and data 16-byte aligned (f32: a multiple of 4, 16-byte aligned).
 struct DeviceKvCache {
   float* data = nullptr;
   int64_t num_layers = 0;
@@ -230,6 +238,7 @@ struct DeviceKvCache {
   int64_t page_size = 0;
   int64_t num_pages = 0;
   int64_t page_stride_floats = 0;  // >= num_layers * 2 * page_size * kv_dim
+  KvType type = KvType::kF32;
 };
 
 // One step's batch of sequences. Device arrays (int32), except the host
@@ -269,7 +278,8 @@ struct AttentionShape {
 // Writes the new tokens' keys and values of `layer` into their pages: row
 // r of sequence s (position p = start_pos[s] + r - q_start[s]) goes to page
 // page_table[page_start[s] + p / page_size], slot p % page_size.
-// k rows k_stride floats apart, v rows v_stride apart, kv_dim floats each.
+// k rows k_stride floats apart, v rows v_stride apart, kv_dim floats each
+// (rounded to nearest even for a bf16 cache).
 cudaError_t StoreKv(const DeviceKvCache& kv, int64_t layer,
                     const AttentionBatch& batch, const float* k,
                     int64_t k_stride, const float* v, int64_t v_stride,

@@ -4,9 +4,11 @@
 // (same layout, same page ids). Sequences have different lengths and start
 // positions (not multiples of the page size) and shuffled page tables; GQA
 // ratios 1, 3, 4, 8; head_dim 64, 128, 256.
+// Both cache types: f32, and bf16 (the host reference then holds the same
+// bf16-rounded keys/values, so the comparison isolates the kernels).
 // Tolerances: StoreKv bitwise; attention outputs 2e-5 absolute (values are
-// convex combinations of V entries in [-1, 1]; f32 throughout, the device's
-// expf and summation order differ from the CPU's).
+// convex combinations of V entries in [-1, 1]; f32 math throughout, the
+// device's expf and summation order differ from the CPU's).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "engine/model/attention.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/dtype.h"
 #include "tests/gpu/kernels_test_util.h"
 
 namespace pdserve::cuda {
@@ -37,12 +40,14 @@ struct SeqSpec {
 class AttentionCase {
  public:
   AttentionCase(int kv_heads, int group, int head_dim,
-                std::vector<SeqSpec> seqs, float q_scale, uint32_t seed)
+                std::vector<SeqSpec> seqs, float q_scale, uint32_t seed,
+                KvType type = KvType::kF32)
       : hk_(kv_heads),
         group_(group),
         hd_(head_dim),
         seqs_(std::move(seqs)),
-        rng_(seed) {
+        rng_(seed),
+        type_(type) {
     kv_dim_ = static_cast<int64_t>(hk_) * hd_;
     q_dim_ = kv_dim_ * group_;
     q_stride_ = q_dim_ + 8;
@@ -70,14 +75,30 @@ class AttentionCase {
         float* k = kv_->keys(p, l);
         float* v = kv_->values(p, l);
         for (int64_t i = 0; i < kPageSize * kv_dim_; ++i) {
-          k[i] = d(rng_);
-          v[i] = d(rng_);
+          k[i] = Round(d(rng_));
+          v[i] = Round(d(rng_));
         }
       }
     }
     q_ = RandomFloats(rows_ * q_stride_, rng_, -q_scale, q_scale);
     k_new_ = RandomFloats(rows_ * kv_dim_, rng_);
     v_new_ = RandomFloats(rows_ * kv_dim_, rng_);
+  }
+
+  // The value the cache holds for x (bf16 caches round).
+  float Round(float x) const {
+    return type_ == KvType::kBF16 ? BF16ToF32(F32ToBF16(x)) : x;
+  }
+  // The host cache as the device stores it (bf16 bits when bf16).
+  std::vector<uint16_t> HostCacheBf16() const {
+    const std::vector<float> f = HostCache();
+    std::vector<uint16_t> h(f.size());
+    for (size_t i = 0; i < f.size(); ++i) h[i] = F32ToBF16(f[i]);
+    return h;
+  }
+  bool DeviceCacheEqualsHost() const {
+    if (type_ == KvType::kBF16) return d_cache16_.Download() == HostCacheBf16();
+    return d_cache_.Download() == HostCache();
   }
 
   int64_t cache_floats() const {
@@ -95,10 +116,12 @@ class AttentionCase {
       for (int32_t t = 0; t < seqs_[s].len; ++t, ++row) {
         const int64_t pos = seqs_[s].start_pos + t;
         const int32_t page = page_table_[page_start_[s] + pos / kPageSize];
-        std::copy_n(k_new_.data() + row * kv_dim_, kv_dim_,
-                    kv_->keys(page, kLayer) + (pos % kPageSize) * kv_dim_);
-        std::copy_n(v_new_.data() + row * kv_dim_, kv_dim_,
-                    kv_->values(page, kLayer) + (pos % kPageSize) * kv_dim_);
+        float* kd = kv_->keys(page, kLayer) + (pos % kPageSize) * kv_dim_;
+        float* vd = kv_->values(page, kLayer) + (pos % kPageSize) * kv_dim_;
+        for (int64_t i = 0; i < kv_dim_; ++i) {
+          kd[i] = Round(k_new_[row * kv_dim_ + i]);
+          vd[i] = Round(v_new_[row * kv_dim_ + i]);
+        }
       }
     }
   }
@@ -134,8 +157,13 @@ class AttentionCase {
 
   // Uploads the (pre-store) host cache and the batch arrays.
   void Upload() {
-    d_cache_.Resize(cache_floats());
-    d_cache_.Upload(HostCache());
+    if (type_ == KvType::kBF16) {
+      d_cache16_.Resize(cache_floats());
+      d_cache16_.Upload(HostCacheBf16());
+    } else {
+      d_cache_.Resize(cache_floats());
+      d_cache_.Upload(HostCache());
+    }
     std::vector<int32_t> q_start = {0}, start;
     int32_t max_q = 0, max_kv = 0;
     for (const SeqSpec& s : seqs_) {
@@ -167,7 +195,10 @@ class AttentionCase {
     batch_.max_q_len = max_q;
     batch_.max_kv_len = max_kv;
     batch_.total_rows = static_cast<int32_t>(rows_);
-    cache_.data = d_cache_.get();
+    cache_.data = type_ == KvType::kBF16
+                      ? reinterpret_cast<float*>(d_cache16_.get())
+                      : d_cache_.get();
+    cache_.type = type_;
     cache_.num_layers = kLayers;
     cache_.kv_dim = kv_dim_;
     cache_.page_size = kPageSize;
@@ -197,6 +228,7 @@ class AttentionCase {
   AttentionBatch batch_;
   AttentionShape shape_;
   DeviceBuffer<float> d_cache_, d_q_, d_k_, d_v_, d_out_;
+  DeviceBuffer<uint16_t> d_cache16_;
   DeviceBuffer<int32_t> d_q_start_, d_start_, d_page_start_, d_pages_;
   int64_t q_stride_ = 0;
 
@@ -204,6 +236,7 @@ class AttentionCase {
   int hk_, group_, hd_;
   std::vector<SeqSpec> seqs_;
   std::mt19937 rng_;
+  KvType type_;
   int64_t kv_dim_ = 0, q_dim_ = 0, rows_ = 0, num_pages_ = 0;
   std::unique_ptr<KvStorage> kv_;
   std::vector<int32_t> page_table_, page_start_;
@@ -216,11 +249,15 @@ struct Geometry {
 
 TEST(CudaAttentionTest, StoreKvWritesTheSameBytesAsTheHost) {
   PDSERVE_REQUIRE_GPU();
-  AttentionCase c(2, 4, 64, {{0, 37}, {21, 50}, {100, 1}, {5, 67}}, 1.0f, 1);
-  c.Upload();
-  CUDA_ASSERT_OK(c.DeviceStore());
-  c.HostStore();
-  EXPECT_TRUE(c.d_cache_.Download() == c.HostCache());
+  for (KvType type : {KvType::kF32, KvType::kBF16}) {
+    SCOPED_TRACE(static_cast<int>(type));
+    AttentionCase c(2, 4, 64, {{0, 37}, {21, 50}, {100, 1}, {5, 67}}, 1.0f, 1,
+                    type);
+    c.Upload();
+    CUDA_ASSERT_OK(c.DeviceStore());
+    c.HostStore();
+    EXPECT_TRUE(c.DeviceCacheEqualsHost());
+  }
 }
 
 TEST(CudaAttentionTest, PrefillMatchesCpu) {
@@ -230,12 +267,15 @@ TEST(CudaAttentionTest, PrefillMatchesCpu) {
   uint32_t seed = 10;
   for (const Geometry& g : geos) {
     for (float q_scale : {1.0f, 6.0f}) {  // flat and peaky softmax
+      // f32 cache with the flat softmax, bf16 with the peaky one.
+      const KvType type = q_scale > 1.0f ? KvType::kBF16 : KvType::kF32;
       SCOPED_TRACE(::testing::Message()
                    << "kv_heads " << g.kv_heads << " group " << g.group
-                   << " head_dim " << g.head_dim << " q_scale " << q_scale);
+                   << " head_dim " << g.head_dim << " q_scale " << q_scale
+                   << " kv type " << static_cast<int>(type));
       AttentionCase c(g.kv_heads, g.group, g.head_dim,
                       {{0, 37}, {21, 50}, {100, 1}, {5, 67}, {16, 16}}, q_scale,
-                      seed++);
+                      seed++, type);
       c.Upload();
       CUDA_ASSERT_OK(c.DeviceStore());
       c.HostStore();
@@ -259,29 +299,34 @@ TEST(CudaAttentionTest, DecodeMatchesCpuWithAndWithoutSplits) {
   uint32_t seed = 100;
   for (const Geometry& g : geos) {
     for (const auto& seqs : batches) {
-      SCOPED_TRACE(::testing::Message()
-                   << "kv_heads " << g.kv_heads << " group " << g.group
-                   << " head_dim " << g.head_dim << " seqs " << seqs.size());
-      AttentionCase c(g.kv_heads, g.group, g.head_dim, seqs, 3.0f, seed++);
-      c.Upload();
-      CUDA_ASSERT_OK(c.DeviceStore());
-      c.HostStore();
-      const int64_t ws_bytes = DecodeAttentionWorkspaceBytes(
-          c.shape_, c.batch_.num_seqs, c.batch_.max_kv_len);
-      if (seqs.size() == 5) {
-        EXPECT_GT(ws_bytes, 0) << "expected splits";
+      // Each geometry and batch with both cache types.
+      for (KvType type : {KvType::kF32, KvType::kBF16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "kv_heads " << g.kv_heads << " group " << g.group
+                     << " head_dim " << g.head_dim << " seqs " << seqs.size()
+                     << " kv type " << static_cast<int>(type));
+        AttentionCase c(g.kv_heads, g.group, g.head_dim, seqs, 3.0f, seed++,
+                        type);
+        c.Upload();
+        CUDA_ASSERT_OK(c.DeviceStore());
+        c.HostStore();
+        const int64_t ws_bytes = DecodeAttentionWorkspaceBytes(
+            c.shape_, c.batch_.num_seqs, c.batch_.max_kv_len);
+        if (seqs.size() == 5) {
+          EXPECT_GT(ws_bytes, 0) << "expected splits";
+        }
+        DeviceBuffer<uint8_t> ws(ws_bytes);
+        CUDA_ASSERT_OK(DecodeAttention(
+            c.cache_, kLayer, c.batch_, c.shape_, c.d_q_.get(), c.q_stride_,
+            c.d_out_.get(), c.q_stride_, ws.get(), ws_bytes, nullptr));
+        const std::vector<float> want = c.CpuAttention();
+        c.ExpectOutput(want);
+        // The prefill kernel agrees on the same one-row batch.
+        CUDA_ASSERT_OK(PrefillAttention(c.cache_, kLayer, c.batch_, c.shape_,
+                                        c.d_q_.get(), c.q_stride_,
+                                        c.d_out_.get(), c.q_stride_, nullptr));
+        c.ExpectOutput(want);
       }
-      DeviceBuffer<uint8_t> ws(ws_bytes);
-      CUDA_ASSERT_OK(DecodeAttention(c.cache_, kLayer, c.batch_, c.shape_,
-                                     c.d_q_.get(), c.q_stride_, c.d_out_.get(),
-                                     c.q_stride_, ws.get(), ws_bytes, nullptr));
-      const std::vector<float> want = c.CpuAttention();
-      c.ExpectOutput(want);
-      // The prefill kernel agrees on the same one-row batch.
-      CUDA_ASSERT_OK(PrefillAttention(c.cache_, kLayer, c.batch_, c.shape_,
-                                      c.d_q_.get(), c.q_stride_, c.d_out_.get(),
-                                      c.q_stride_, nullptr));
-      c.ExpectOutput(want);
     }
   }
 }

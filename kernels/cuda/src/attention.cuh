@@ -11,9 +11,9 @@ namespace internal {
 
 // The cache geometry the kernels need, by value.
 struct KvGeom {
-  float* data;
-  int64_t page_stride;   // floats
-  int64_t layer_offset;  // floats from a page's start to this layer's keys
+  void* data;            // float or bf16 elements
+  int64_t page_stride;   // elements
+  int64_t layer_offset;  // elements from a page's start to this layer's keys
   int64_t plane;         // page_size * kv_dim: keys -> values of a page
   int32_t kv_dim;
   int32_t page_size;
@@ -29,7 +29,46 @@ struct BatchView {
   int32_t num_seqs;
 };
 
-// Float offset of (position pos of sequence s) key row, slot included, or
+// Loads and stores of KV elements (T = float, or uint16_t holding bf16
+// bits), converted to/from f32. Offsets are in elements.
+template <typename T>
+struct KvIo;
+template <>
+struct KvIo<float> {
+  static constexpr int kChunk = 4;  // elements per 16-byte load
+  // dst: kChunk floats (scalar writes, so register arrays stay registers).
+  __device__ static void LoadChunk(const void* base, int64_t off, float* dst) {
+    const float4 v = __ldg(
+        reinterpret_cast<const float4*>(static_cast<const float*>(base) + off));
+    dst[0] = v.x;
+    dst[1] = v.y;
+    dst[2] = v.z;
+    dst[3] = v.w;
+  }
+  __device__ static void Store(void* base, int64_t off, float v) {
+    static_cast<float*>(base)[off] = v;
+  }
+};
+template <>
+struct KvIo<uint16_t> {
+  static constexpr int kChunk = 8;
+  __device__ static void LoadChunk(const void* base, int64_t off, float* dst) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(
+        static_cast<const uint16_t*>(base) + off));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      dst[2 * i] = __uint_as_float(w[i] << 16);
+      dst[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  __device__ static void Store(void* base, int64_t off, float v) {
+    static_cast<uint16_t*>(base)[off] =
+        __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+
+// Element offset of (position pos of sequence s) key row, slot included, or
 // -1 when the page-table entry is missing or out of range.
 __device__ __forceinline__ int64_t SlotOffset(const KvGeom& g,
                                               const BatchView& b, int s,

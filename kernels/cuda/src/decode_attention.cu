@@ -67,7 +67,7 @@ Plan MakePlan(const AttentionShape& shape, int num_seqs, int max_kv_len) {
   return p;
 }
 
-template <int D>
+template <int D, typename T>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     DecodeKernel(internal::KvGeom g, internal::BatchView b,
                  const float* __restrict__ q, int64_t qs, float* out,
@@ -117,29 +117,30 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
        kw += static_cast<int64_t>(kWarps) * kWarpKeys) {
     const int64_t kb = kw + sub * kKeys;
     int64_t off[kKeys];
-    float4 k4[kKeys][4], v4[kKeys][4];
+    float kf[kKeys][16], vf[kKeys][16];
     float p[kKeys][kHeads];
 #pragma unroll
     for (int c = 0; c < kKeys; ++c) {
       off[c] = kb + c < end ? internal::SlotOffset(g, b, s, kb + c) : -1;
     }
     // Issue every K and V load of the step before any arithmetic.
+    using Io = internal::KvIo<T>;
 #pragma unroll
     for (int c = 0; c < kKeys; ++c) {
       if (off[c] >= 0) {
-        const float4* kp =
-            reinterpret_cast<const float4*>(g.data + off[c] + kv_off);
-        const float4* vp =
-            reinterpret_cast<const float4*>(g.data + off[c] + g.plane + kv_off);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) k4[c][i] = __ldg(kp + i);
+        for (int j = 0; j < 16; j += Io::kChunk) {
+          Io::LoadChunk(g.data, off[c] + kv_off + j, &kf[c][j]);
+        }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v4[c][i] = __ldg(vp + i);
+        for (int j = 0; j < 16; j += Io::kChunk) {
+          Io::LoadChunk(g.data, off[c] + g.plane + kv_off + j, &vf[c][j]);
+        }
       } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          k4[c][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-          v4[c][i] = k4[c][i];
+        for (int j = 0; j < 16; ++j) {
+          kf[c][j] = 0.0f;
+          vf[c][j] = 0.0f;
         }
       }
     }
@@ -152,10 +153,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float4 qv = qp[i];
-          dot = fmaf(qv.x, k4[c][i].x, dot);
-          dot = fmaf(qv.y, k4[c][i].y, dot);
-          dot = fmaf(qv.z, k4[c][i].z, dot);
-          dot = fmaf(qv.w, k4[c][i].w, dot);
+          dot = fmaf(qv.x, kf[c][4 * i], dot);
+          dot = fmaf(qv.y, kf[c][4 * i + 1], dot);
+          dot = fmaf(qv.z, kf[c][4 * i + 2], dot);
+          dot = fmaf(qv.w, kf[c][4 * i + 3], dot);
         }
 #pragma unroll
         for (int o = 1; o < kLpk; o <<= 1) {
@@ -193,11 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[h][4 * i] = fmaf(p[c][h], v4[c][i].x, acc[h][4 * i]);
-          acc[h][4 * i + 1] = fmaf(p[c][h], v4[c][i].y, acc[h][4 * i + 1]);
-          acc[h][4 * i + 2] = fmaf(p[c][h], v4[c][i].z, acc[h][4 * i + 2]);
-          acc[h][4 * i + 3] = fmaf(p[c][h], v4[c][i].w, acc[h][4 * i + 3]);
+        for (int i = 0; i < 16; ++i) {
+          acc[h][i] = fmaf(p[c][h], vf[c][i], acc[h][i]);
         }
       }
     }
@@ -272,7 +270,7 @@ __global__ void CombineKernel(internal::BatchView b, const float* ws_acc,
       sum > 0.0f ? a / sum : 0.0f;
 }
 
-// Blocks of DecodeKernel<128> resident at once on the current device
+// Blocks of DecodeKernel<128, float> resident at once on the current device
 // (SMs x occupancy), cached per device; a fallback when the query fails.
 int ResidentSlots() {
   static std::mutex mu;
@@ -288,7 +286,7 @@ int ResidentSlots() {
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, DecodeKernel<128>, kWarps * 32, 0) != cudaSuccess ||
+            &per_sm, DecodeKernel<128, float>, kWarps * 32, 0) != cudaSuccess ||
         sms <= 0 || per_sm <= 0) {
       cudaGetLastError();
       return kFallbackSlots;
@@ -370,19 +368,32 @@ cudaError_t DecodeAttention(const DeviceKvCache& kv, int64_t layer,
                   static_cast<unsigned>(shape.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   const int group = shape.num_heads / shape.num_kv_heads;
-#define PDSERVE_DECODE(D)                                                 \
-  DecodeKernel<D><<<grid, kWarps * 32, 0, stream>>>(                      \
+#define PDSERVE_DECODE(D, T)                                              \
+  DecodeKernel<D, T><<<grid, kWarps * 32, 0, stream>>>(                   \
       g, b, q, q_stride, out, out_stride, ws_acc, ws_ml, shape.num_heads, \
       group, p.head_groups, p.splits, p.split_len, scale)
+  const bool bf16 = kv.type == KvType::kBF16;
   switch (shape.head_dim) {
     case 64:
-      PDSERVE_DECODE(64);
+      if (bf16) {
+        PDSERVE_DECODE(64, uint16_t);
+      } else {
+        PDSERVE_DECODE(64, float);
+      }
       break;
     case 128:
-      PDSERVE_DECODE(128);
+      if (bf16) {
+        PDSERVE_DECODE(128, uint16_t);
+      } else {
+        PDSERVE_DECODE(128, float);
+      }
       break;
     default:
-      PDSERVE_DECODE(256);
+      if (bf16) {
+        PDSERVE_DECODE(256, uint16_t);
+      } else {
+        PDSERVE_DECODE(256, float);
+      }
       break;
   }
 #undef PDSERVE_DECODE

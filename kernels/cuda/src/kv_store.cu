@@ -80,7 +80,8 @@ cudaError_t CheckShape(const DeviceKvCache& kv, const AttentionShape& shape,
 namespace {
 
 // One block per new row: finds the row's sequence, then copies kv_dim
-// floats of k and v into the slot.
+// floats of k and v into the slot (converted to the cache's type).
+template <typename T>
 __global__ void StoreKvKernel(internal::KvGeom g, internal::BatchView b,
                               const float* k, int64_t ks, const float* v,
                               int64_t vs) {
@@ -105,13 +106,11 @@ __global__ void StoreKvKernel(internal::KvGeom g, internal::BatchView b,
   }
   __syncthreads();
   if (offset < 0) return;
-  float* kd = g.data + offset;
-  float* vd = kd + g.plane;
   const float* kr = k + row * ks;
   const float* vr = v + row * vs;
   for (int i = threadIdx.x; i < g.kv_dim; i += blockDim.x) {
-    kd[i] = kr[i];
-    vd[i] = vr[i];
+    internal::KvIo<T>::Store(g.data, offset + i, kr[i]);
+    internal::KvIo<T>::Store(g.data, offset + g.plane + i, vr[i]);
   }
 }
 
@@ -136,8 +135,15 @@ cudaError_t StoreKv(const DeviceKvCache& kv, int64_t layer,
         static_cast<long long>(kv.kv_dim));
   }
   if (batch.total_rows == 0 || batch.num_seqs == 0) return cudaSuccess;
-  StoreKvKernel<<<static_cast<unsigned>(batch.total_rows), 128, 0, stream>>>(
-      g, b, k, k_stride, v, v_stride);
+  if (kv.type == KvType::kBF16) {
+    StoreKvKernel<uint16_t>
+        <<<static_cast<unsigned>(batch.total_rows), 128, 0, stream>>>(
+            g, b, k, k_stride, v, v_stride);
+  } else {
+    StoreKvKernel<float>
+        <<<static_cast<unsigned>(batch.total_rows), 128, 0, stream>>>(
+            g, b, k, k_stride, v, v_stride);
+  }
   return internal::CheckLaunch("StoreKv");
 }
 

@@ -31,7 +31,7 @@ struct Cfg {
   static constexpr int64_t kSmemBytes = kSmemFloats * 4 + kBk * 8;
 };
 
-template <int D>
+template <int D, typename T>
 __global__ void __launch_bounds__(kThreads)
     PrefillKernel(internal::KvGeom g, internal::BatchView b,
                   const float* __restrict__ q, int64_t qs, float* out,
@@ -97,16 +97,26 @@ __global__ void __launch_bounds__(kThreads)
           j < kv_end ? internal::SlotOffset(g, b, s, j) : int64_t{-1};
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < C::kBk * (D / 4); i += kThreads) {
-      const int r = i / (D / 4), d4 = i % (D / 4);
-      float4 kv4 = make_float4(0.f, 0.f, 0.f, 0.f), vv4 = kv4;
+    using Io = internal::KvIo<T>;
+    constexpr int kCh = Io::kChunk;  // elements per 16-byte load
+    for (int i = threadIdx.x; i < C::kBk * (D / kCh); i += kThreads) {
+      const int r = i / (D / kCh), dc = i % (D / kCh);
+      float kv[kCh], vv[kCh];
       if (kofs[r] >= 0) {
-        const float* base = g.data + kofs[r] + static_cast<int64_t>(kvh) * D;
-        kv4 = __ldg(reinterpret_cast<const float4*>(base) + d4);
-        vv4 = __ldg(reinterpret_cast<const float4*>(base + g.plane) + d4);
+        const int64_t at = kofs[r] + static_cast<int64_t>(kvh) * D + dc * kCh;
+        Io::LoadChunk(g.data, at, kv);
+        Io::LoadChunk(g.data, at + g.plane, vv);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kCh; ++e) kv[e] = vv[e] = 0.0f;
       }
-      *reinterpret_cast<float4*>(k_sm + r * C::kQPitch + d4 * 4) = kv4;
-      *reinterpret_cast<float4*>(v_sm + r * D + d4 * 4) = vv4;
+#pragma unroll
+      for (int e = 0; e < kCh; e += 4) {
+        *reinterpret_cast<float4*>(k_sm + r * C::kQPitch + dc * kCh + e) =
+            make_float4(kv[e], kv[e + 1], kv[e + 2], kv[e + 3]);
+        *reinterpret_cast<float4*>(v_sm + r * D + dc * kCh + e) =
+            make_float4(vv[e], vv[e + 1], vv[e + 2], vv[e + 3]);
+      }
     }
     __syncthreads();
 
@@ -231,20 +241,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int D>
+template <int D, typename T>
 cudaError_t EnsureSmem() {
   static std::atomic<uint64_t> done{0};
   return internal::EnsureSharedMemory(
-      reinterpret_cast<const void*>(PrefillKernel<D>),
+      reinterpret_cast<const void*>(PrefillKernel<D, T>),
       static_cast<int>(Cfg<D>::kSmemBytes), &done, "PrefillAttention");
 }
 
-template <int D>
+template <int D, typename T>
 cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
                    const AttentionBatch& batch, const AttentionShape& shape,
                    const float* q, int64_t qs, float* out, int64_t os,
                    float scale, cudaStream_t stream) {
-  if (cudaError_t e = EnsureSmem<D>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<D, T>(); e != cudaSuccess) return e;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int hpb = group < kRows ? group : kRows;
   const int head_groups = static_cast<int>(CeilDiv(group, hpb));
@@ -253,7 +263,7 @@ cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
   const dim3 grid(static_cast<unsigned>(tiles),
                   static_cast<unsigned>(shape.num_kv_heads * head_groups),
                   static_cast<unsigned>(batch.num_seqs));
-  PrefillKernel<D><<<grid, kThreads, Cfg<D>::kSmemBytes, stream>>>(
+  PrefillKernel<D, T><<<grid, kThreads, Cfg<D>::kSmemBytes, stream>>>(
       g, b, q, qs, out, os, group, hpb, head_groups, scale);
   return internal::CheckLaunch("PrefillAttention");
 }
@@ -262,9 +272,12 @@ cudaError_t Launch(const internal::KvGeom& g, const internal::BatchView& b,
 
 namespace internal {
 cudaError_t PreparePrefill() {
-  if (cudaError_t e = EnsureSmem<64>(); e != cudaSuccess) return e;
-  if (cudaError_t e = EnsureSmem<128>(); e != cudaSuccess) return e;
-  return EnsureSmem<256>();
+  if (cudaError_t e = EnsureSmem<64, float>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<128, float>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<256, float>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<64, uint16_t>(); e != cudaSuccess) return e;
+  if (cudaError_t e = EnsureSmem<128, uint16_t>(); e != cudaSuccess) return e;
+  return EnsureSmem<256, uint16_t>();
 }
 }  // namespace internal
 
@@ -300,17 +313,21 @@ cudaError_t PrefillAttention(const DeviceKvCache& kv, int64_t layer,
         static_cast<long long>(width), batch.num_seqs, shape.num_kv_heads);
   }
   if (batch.num_seqs == 0 || batch.max_q_len == 0) return cudaSuccess;
+  const bool bf16 = kv.type == KvType::kBF16;
+#define PDSERVE_PREFILL(D)                                                \
+  return bf16 ? Launch<D, uint16_t>(g, b, batch, shape, q, q_stride, out, \
+                                    out_stride, scale, stream)            \
+              : Launch<D, float>(g, b, batch, shape, q, q_stride, out,    \
+                                 out_stride, scale, stream)
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(g, b, batch, shape, q, q_stride, out, out_stride, scale,
-                        stream);
+      PDSERVE_PREFILL(64);
     case 128:
-      return Launch<128>(g, b, batch, shape, q, q_stride, out, out_stride,
-                         scale, stream);
+      PDSERVE_PREFILL(128);
     default:
-      return Launch<256>(g, b, batch, shape, q, q_stride, out, out_stride,
-                         scale, stream);
+      PDSERVE_PREFILL(256);
   }
+#undef PDSERVE_PREFILL
 }
 
 }  // namespace cuda
