@@ -101,7 +101,8 @@ struct PagedSetup {
   float* out = nullptr;
 };
 
-PagedSetup MakePaged(int batch, int ctx, int q_len) {
+PagedSetup MakePaged(int batch, int ctx, int q_len,
+                     KvType type = KvType::kF32) {
   PagedSetup s;
   const int64_t kv_dim = kKvHeads * kHeadDim;
   const int64_t pages_per_seq = (ctx + kPageSize - 1) / kPageSize;
@@ -110,9 +111,26 @@ PagedSetup MakePaged(int batch, int ctx, int q_len) {
   s.kv.kv_dim = kv_dim;
   s.kv.page_size = kPageSize;
   s.kv.num_pages = num_pages;
-  s.kv.page_stride_floats = 2 * kPageSize * kv_dim;
-  s.kv.data = DeviceAlloc<float>(num_pages * s.kv.page_stride_floats);
-  FillRandom(s.kv.data, num_pages * s.kv.page_stride_floats, 1);
+  s.kv.page_stride_floats = 2 * kPageSize * kv_dim;  // elements
+  s.kv.type = type;
+  const int64_t elems = num_pages * s.kv.page_stride_floats;
+  if (type == KvType::kBF16) {
+    // bf16 bits of values in about [-1, 1]: one random page, repeated.
+    std::vector<uint16_t> host(s.kv.page_stride_floats);
+    std::mt19937 rng(1);
+    for (uint16_t& h : host) {
+      h = static_cast<uint16_t>(0x3c00 + (rng() & 0x3ff) + ((rng() & 1) << 15));
+    }
+    uint16_t* d = DeviceAlloc<uint16_t>(elems);
+    for (int64_t p = 0; p < num_pages; ++p) {
+      BENCH_CHECK(cudaMemcpy(d + p * s.kv.page_stride_floats, host.data(),
+                             host.size() * 2, cudaMemcpyHostToDevice));
+    }
+    s.kv.data = reinterpret_cast<float*>(d);
+  } else {
+    s.kv.data = DeviceAlloc<float>(elems);
+    FillRandom(s.kv.data, elems, 1);
+  }
   std::vector<int32_t> pages(num_pages);
   std::iota(pages.begin(), pages.end(), 0);
   std::shuffle(pages.begin(), pages.end(), std::mt19937(2));
@@ -148,8 +166,9 @@ void FreePaged(PagedSetup& s) {
   cudaFree(s.out);
 }
 
-void BenchDecodeAttention(int batch, int ctx) {
-  PagedSetup s = MakePaged(batch, ctx, 1);
+void BenchDecodeAttention(int batch, int ctx, KvType type = KvType::kF32) {
+  PagedSetup s = MakePaged(batch, ctx, 1, type);
+  const int elem = type == KvType::kBF16 ? 2 : 4;
   const int64_t ws_bytes = DecodeAttentionWorkspaceBytes(s.shape, batch, ctx);
   uint8_t* ws = DeviceAlloc<uint8_t>(std::max<int64_t>(ws_bytes, 16));
   const int64_t width = kHeads * kHeadDim;
@@ -157,14 +176,15 @@ void BenchDecodeAttention(int batch, int ctx) {
     BENCH_CHECK(DecodeAttention(s.kv, 0, s.batch, s.shape, s.q, width, s.out,
                                 width, ws, ws_bytes, nullptr));
   });
-  const double bytes = static_cast<double>(batch) * ctx * kKvHeads * kHeadDim *
-                       2 * sizeof(float);
+  const double bytes =
+      static_cast<double>(batch) * ctx * kKvHeads * kHeadDim * 2 * elem;
   std::printf(
-      "{\"bench\":\"decode_attention\",\"ctx\":%d,\"batch\":%d,"
-      "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"us\":%.2f,"
-      "\"kv_bytes\":%.0f,\"gb_per_s\":%.1f,\"frac_hbm\":%.3f}\n",
-      ctx, batch, kHeads, kKvHeads, kHeadDim, us, bytes, bytes / us * 1e-3,
-      bytes / (us * 1e-6) / kHbmBytesPerSec);
+      "{\"bench\":\"decode_attention\",\"kv\":\"%s\",\"ctx\":%d,"
+      "\"batch\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+      "\"us\":%.2f,\"kv_bytes\":%.0f,\"gb_per_s\":%.1f,"
+      "\"frac_hbm\":%.3f}\n",
+      elem == 2 ? "bf16" : "f32", ctx, batch, kHeads, kKvHeads, kHeadDim, us,
+      bytes, bytes / us * 1e-3, bytes / (us * 1e-6) / kHbmBytesPerSec);
   cudaFree(ws);
   FreePaged(s);
 }
@@ -307,6 +327,7 @@ int main(int argc, char** argv) {
       prop.name, prop.multiProcessorCount, kHbmBytesPerSec * 1e-9);
   for (int ctx : {4096, 32768}) BenchDecodeAttention(8, ctx);
   BenchDecodeAttention(1, 32768);
+  for (int ctx : {4096, 32768}) BenchDecodeAttention(8, ctx, KvType::kBF16);
   BenchMatVec(WType::kBF16, "bf16", 4096, 12288, 1);
   BenchMatVec(WType::kBF16, "bf16", 12288, 4096, 1);
   BenchMatVec(WType::kBF16, "bf16", 4096, 12288, 8);
