@@ -5,6 +5,7 @@ pdserve_add_test(NAME kernels_test LABEL unit
     ${CMAKE_CURRENT_LIST_DIR}/alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
     ${CMAKE_CURRENT_LIST_DIR}/dtype_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_grouped_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/thread_pool_test.cc
   LIBS pdserve_kernels)
