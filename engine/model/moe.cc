@@ -5,9 +5,23 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_grouped.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
+namespace {
+
+// out = silu(gate) * up (out == gate) over n rows of `width` values, split
+// over the pool (SwiGlu's arithmetic does not depend on where a value sits).
+void SwiGluRows(float* gate, const float* up, int64_t n, int64_t width,
+                ThreadPool& pool) {
+  const int64_t grain = std::max<int64_t>(1, (16 << 10) / width);
+  pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+    SwiGlu(gate + b * width, up + b * width, (e - b) * width, gate + b * width);
+  });
+}
+
+}  // namespace
 
 MoeBlock::MoeBlock(const ModelConfig& c, int64_t max_rows)
     : hidden_(c.hidden_size),
@@ -30,28 +44,12 @@ MoeBlock::MoeBlock(const ModelConfig& c, int64_t max_rows)
   gate_.resize(nk * inter_);
   up_.resize(nk * inter_);
   yg_.resize(nk * hidden_);
+  groups_.resize(2 * experts_ + 3);
   if (shared_inter_ > 0) {
     sh_gate_.resize(n * shared_inter_);
     sh_up_.resize(n * shared_inter_);
     sh_out_.resize(n * hidden_);
     sh_g_.resize(n);
-  }
-}
-
-void MoeBlock::Shared(const LayerWeights& lw, const float* xn, int64_t rows,
-                      float* out, ThreadPool& pool) {
-  const int64_t f = shared_inter_;
-  MatMul(lw.shared.gate, xn, hidden_, rows, sh_gate_.data(), f, pool);
-  MatMul(lw.shared.up, xn, hidden_, rows, sh_up_.data(), f, pool);
-  SwiGlu(sh_gate_.data(), sh_up_.data(), rows * f, sh_gate_.data());
-  MatMul(lw.shared.down, sh_gate_.data(), f, rows, sh_out_.data(), hidden_,
-         pool);
-  MatMul(lw.shared_gate, xn, hidden_, rows, sh_g_.data(), 1, pool);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float g = 1.0f / (1.0f + std::exp(-sh_g_[r]));
-    float* y = out + r * hidden_;
-    const float* s = sh_out_.data() + r * hidden_;
-    for (int64_t i = 0; i < hidden_; ++i) y[i] += g * s[i];
   }
 }
 
@@ -107,36 +105,70 @@ void MoeBlock::Group(int64_t rows) {
   }
 }
 
-void MoeBlock::Run(const LayerWeights& lw, const float* xn, int64_t rows,
-                   float* out, ThreadPool& pool) {
-  Route(lw, xn, rows, pool);
-  Group(rows);
-  const int64_t total = rows * top_k_;
-  pool.ParallelFor(total, 16, [&](int64_t b, int64_t e) {
+void MoeBlock::Gather(const float* xn, int64_t rows, ThreadPool& pool) {
+  // A copy of a few rows is not worth waking threads for.
+  const int64_t grain = std::max<int64_t>(16, (64 << 10) / hidden_);
+  pool.ParallelFor(rows * top_k_, grain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       std::memcpy(xg_.data() + i * hidden_, xn + gather_row_[i] * hidden_,
                   hidden_ * sizeof(float));
     }
   });
+}
+
+void MoeBlock::Experts(const LayerWeights& lw, const float* xn, int64_t rows,
+                       bool shared, ThreadPool& pool) {
+  // Gate and up of every selected expert (adjacent: they share the prepared
+  // input), then the shared expert's gate, up and gate logit.
+  size_t n_groups = 0;
   for (int64_t x = 0; x < experts_; ++x) {
     const int64_t n = offset_[x + 1] - offset_[x];
     if (n == 0) continue;
     const ExpertWeights& ew = lw.experts[x];
-    const int64_t o = offset_[x];
-    MatMul(ew.gate, xg_.data() + o * hidden_, hidden_, n,
-           gate_.data() + o * inter_, inter_, pool);
-    MatMul(ew.up, xg_.data() + o * hidden_, hidden_, n, up_.data() + o * inter_,
-           inter_, pool);
-    SwiGlu(gate_.data() + o * inter_, up_.data() + o * inter_, n * inter_,
-           gate_.data() + o * inter_);
-    MatMul(ew.down, gate_.data() + o * inter_, inter_, n,
-           yg_.data() + o * hidden_, hidden_, pool);
+    const float* xg = xg_.data() + offset_[x] * hidden_;
+    groups_[n_groups++] = {
+        ew.gate, xg, hidden_, n, gate_.data() + offset_[x] * inter_, inter_};
+    groups_[n_groups++] = {
+        ew.up, xg, hidden_, n, up_.data() + offset_[x] * inter_, inter_};
     counters_.expert_matrices_read += 3;
     for (const WeightView* w : {&ew.gate, &ew.up, &ew.down}) {
       counters_.expert_bytes_read += w->rows * w->row_bytes;
       counters_.expert_macs += n * w->rows * w->cols;
     }
   }
+  const int64_t f = shared_inter_;
+  if (shared) {
+    groups_[n_groups++] = {lw.shared.gate,  xn, hidden_, rows,
+                           sh_gate_.data(), f};
+    groups_[n_groups++] = {lw.shared.up, xn, hidden_, rows, sh_up_.data(), f};
+    groups_[n_groups++] = {lw.shared_gate, xn, hidden_, rows, sh_g_.data(), 1};
+  }
+  MatMulGrouped(absl::MakeConstSpan(groups_.data(), n_groups), pool);
+
+  const int64_t total = rows * top_k_;
+  SwiGluRows(gate_.data(), up_.data(), total, inter_, pool);
+  if (shared) SwiGluRows(sh_gate_.data(), sh_up_.data(), rows, f, pool);
+
+  n_groups = 0;
+  for (int64_t x = 0; x < experts_; ++x) {
+    const int64_t n = offset_[x + 1] - offset_[x];
+    if (n == 0) continue;
+    groups_[n_groups++] = {lw.experts[x].down,
+                           gate_.data() + offset_[x] * inter_,
+                           inter_,
+                           n,
+                           yg_.data() + offset_[x] * hidden_,
+                           hidden_};
+  }
+  if (shared) {
+    groups_[n_groups++] = {lw.shared.down, sh_gate_.data(), f,
+                           rows,           sh_out_.data(),  hidden_};
+  }
+  MatMulGrouped(absl::MakeConstSpan(groups_.data(), n_groups), pool);
+}
+
+void MoeBlock::Combine(int64_t rows, bool shared, float* out,
+                       ThreadPool& pool) {
   pool.ParallelFor(rows, 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* y = out + r * hidden_;
@@ -146,11 +178,23 @@ void MoeBlock::Run(const LayerWeights& lw, const float* xn, int64_t rows,
         const float* src = yg_.data() + slot_[r * top_k_ + j] * hidden_;
         for (int64_t i = 0; i < hidden_; ++i) y[i] += src[i] * w;
       }
+      if (!shared) continue;
+      // The shared expert after the routed sum (Qwen3NextSparseMoeBlock).
+      const float g = 1.0f / (1.0f + std::exp(-sh_g_[r]));
+      const float* s = sh_out_.data() + r * hidden_;
+      for (int64_t i = 0; i < hidden_; ++i) y[i] += g * s[i];
     }
   });
-  if (shared_inter_ > 0 && !lw.shared_gate.empty()) {
-    Shared(lw, xn, rows, out, pool);
-  }
+}
+
+void MoeBlock::Run(const LayerWeights& lw, const float* xn, int64_t rows,
+                   float* out, ThreadPool& pool) {
+  Route(lw, xn, rows, pool);
+  Group(rows);
+  Gather(xn, rows, pool);
+  const bool shared = shared_inter_ > 0 && !lw.shared_gate.empty();
+  Experts(lw, xn, rows, shared, pool);
+  Combine(rows, shared, out, pool);
 }
 
 }  // namespace pdserve

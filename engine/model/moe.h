@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/model_weights.h"
+#include "kernels/matmul_grouped.h"
 #include "kernels/thread_pool.h"
 
 namespace pdserve {
@@ -24,12 +25,16 @@ struct MoeCounters {
 // norm_topk_prob) and applies them: out[r] = sum over its experts in
 // ascending expert id of p * down(silu(gate x) * up x), as transformers'
 // Qwen3MoeExperts accumulates. The rows routed to one expert are gathered and
-// multiplied in ONE MatMul per matrix, so every selected expert's weights are
-// read once per call, unselected ones never.
+// multiplied as one group per matrix, so every selected expert's weights are
+// read once per call, unselected ones never. All experts' gate and up
+// products run in one parallel region (MatMulGrouped), then SwiGLU, then all
+// down products in a second one; each value is bitwise what a separate MatMul
+// per expert and matrix would give.
 //
 // With a shared expert (Qwen3-Next: lw.shared_gate set), out[r] +=
 // sigmoid(shared_gate x) * down(silu(gate x) * up x) of the shared weights,
-// after the routed sum, as Qwen3NextSparseMoeBlock.
+// after the routed sum, as Qwen3NextSparseMoeBlock; its products join the
+// routed experts' parallel regions.
 //
 // Batch invariance: a row's output does not depend on the other rows (MatMul
 // is row-invariant and the combination order is fixed per row).
@@ -52,8 +57,12 @@ class MoeBlock {
   void Route(const LayerWeights& lw, const float* xn, int64_t rows,
              ThreadPool& pool);
   void Group(int64_t rows);
-  void Shared(const LayerWeights& lw, const float* xn, int64_t rows, float* out,
-              ThreadPool& pool);
+  void Gather(const float* xn, int64_t rows, ThreadPool& pool);
+  // The products of the selected experts (and the shared expert when
+  // `shared`), in two grouped calls with SwiGLU in between.
+  void Experts(const LayerWeights& lw, const float* xn, int64_t rows,
+               bool shared, ThreadPool& pool);
+  void Combine(int64_t rows, bool shared, float* out, ThreadPool& pool);
 
   const int64_t hidden_;
   const int64_t experts_;
@@ -72,6 +81,7 @@ class MoeBlock {
   std::vector<float> gate_;          // [max_rows*top_k][inter]
   std::vector<float> up_;            // [max_rows*top_k][inter]
   std::vector<float> yg_;            // expert outputs [max_rows*top_k][hidden]
+  std::vector<MatMulGroup> groups_;  // [2 * experts + 3] one grouped call
   const int64_t shared_inter_;
   std::vector<float> sh_gate_;  // [max_rows][shared_inter]
   std::vector<float> sh_up_;    // [max_rows][shared_inter]
