@@ -10,16 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/loader/tensor_sources.h"
+#include "engine/loader/status_macros.h"
 
 namespace pdserve {
 namespace {
-
-#define PDSERVE_ASSIGN(lhs, expr)     \
-  do {                                \
-    auto _v = (expr);                 \
-    if (!_v.ok()) return _v.status(); \
-    lhs = *_v;                        \
-  } while (0)
 
 constexpr int64_t kMaxSsmSize = int64_t{1} << 20;
 
@@ -218,13 +212,7 @@ class GgufHybridSource : public TensorSource {
 absl::StatusOr<RawTensor> GgufHybridSource::Raw(const std::string& name) const {
   absl::StatusOr<const GgufTensorInfo*> t = f_->GetTensor(name);
   if (!t.ok()) return t.status();
-  RawTensor r;
-  r.name = (*t)->name;
-  r.type = (*t)->type;
-  r.shape.assign((*t)->dims.rbegin(), (*t)->dims.rend());
-  r.data = (*t)->data;
-  r.num_bytes = (*t)->num_bytes;
-  return r;
+  return RawTensorFromGguf(**t);
 }
 
 // All values as f32, row by row (rows of shape.back() values).
@@ -447,7 +435,6 @@ absl::StatusOr<RawTensor> GgufHybridSource::GetExpert(WeightKind kind,
   return t;
 }
 
-#undef PDSERVE_ASSIGN
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/loader/gguf_hybrid.h"
+#include "engine/loader/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -95,13 +96,6 @@ absl::Status CheckGgufUnsupported(const GgufFile& f, const std::string& arch) {
 }
 
 }  // namespace
-
-#define PDSERVE_ASSIGN(lhs, expr)     \
-  do {                                \
-    auto _v = (expr);                 \
-    if (!_v.ok()) return _v.status(); \
-    lhs = *_v;                        \
-  } while (0)
 
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
@@ -475,7 +469,6 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& top,
   return c;
 }
 
-#undef PDSERVE_ASSIGN
 
 ModelConfig ConfigFromLlama2c(const Llama2cHeader& h, const std::string& name) {
   ModelConfig c;

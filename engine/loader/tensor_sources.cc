@@ -113,13 +113,7 @@ class GgufSource : public TensorSource {
   absl::StatusOr<RawTensor> Get(WeightKind kind, int64_t layer) const override {
     absl::StatusOr<const GgufTensorInfo*> t = f_->GetTensor(Name(kind, layer));
     if (!t.ok()) return t.status();
-    RawTensor r;
-    r.name = (*t)->name;
-    r.type = (*t)->type;
-    r.shape.assign((*t)->dims.rbegin(), (*t)->dims.rend());
-    r.data = (*t)->data;
-    r.num_bytes = (*t)->num_bytes;
-    return r;
+    return RawTensorFromGguf(**t);
   }
   std::vector<std::shared_ptr<const void>> Storage() const override {
     return {f_->mapping()};
@@ -296,6 +290,16 @@ absl::StatusOr<RawTensor> Llama2cSource::Get(WeightKind kind,
 }
 
 }  // namespace
+
+RawTensor RawTensorFromGguf(const GgufTensorInfo& t) {
+  RawTensor r;
+  r.name = t.name;
+  r.type = t.type;
+  r.shape.assign(t.dims.rbegin(), t.dims.rend());
+  r.data = t.data;
+  r.num_bytes = t.num_bytes;
+  return r;
+}
 
 std::unique_ptr<TensorSource> MakeGgufSource(
     std::shared_ptr<const GgufFile> file) {

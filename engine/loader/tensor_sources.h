@@ -13,6 +13,10 @@ namespace pdserve {
 
 // GGUF names: token_embd.weight, blk.N.attn_q.weight, ..., output.weight.
 // GGML dims are reversed into outermost-first shapes.
+// A GGUF tensor as a RawTensor (shape outermost first; data in the file's
+// mapping, which the caller keeps alive).
+RawTensor RawTensorFromGguf(const GgufTensorInfo& t);
+
 std::unique_ptr<TensorSource> MakeGgufSource(
     std::shared_ptr<const GgufFile> file);
 

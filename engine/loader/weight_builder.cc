@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/loader/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -160,13 +161,6 @@ class Builder {
   const TensorSource& src_;
   ModelWeights& w_;
 };
-
-#define PDSERVE_ASSIGN(lhs, expr)     \
-  do {                                \
-    auto _v = (expr);                 \
-    if (!_v.ok()) return _v.status(); \
-    lhs = *_v;                        \
-  } while (0)
 
 absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
@@ -383,7 +377,6 @@ absl::Status Builder::Build() {
   return absl::OkStatus();
 }
 
-#undef PDSERVE_ASSIGN
 
 }  // namespace
 
