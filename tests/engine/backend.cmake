@@ -40,7 +40,8 @@ if(TARGET pdserve_backend AND TARGET pdserve_loader)
 
   if(TARGET pdserve)
     pdserve_add_test(NAME backend_cli_test LABEL integration
-      SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_cli_test.cc)
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_cli_test.cc
+              ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc)
     target_compile_definitions(backend_cli_test PRIVATE ${_plugin_defs})
     add_dependencies(backend_cli_test pdserve ${_plugins})
   endif()

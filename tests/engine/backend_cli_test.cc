@@ -3,17 +3,14 @@
 // exits 1 with a message naming what is missing (generate and engine); and
 // with the test plugin (PDSERVE_CUDA_PLUGIN) generate on "cuda" prints the
 // greedy ids of --device cpu.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/cli_run.h"
 
 namespace {
 
@@ -26,31 +23,11 @@ const std::string kStories =
 const std::string kTok =
     std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/tok512.bin";
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = ::pdserve::testing::CliResult;
 
 // Runs `env pdserve args` (env: "NAME=value ..." or empty).
 Result RunPdserve(const std::string& env, const std::string& args) {
-  // One file per process: ctest runs the cases of this suite in parallel.
-  const std::string err_path = ::testing::TempDir() + "/backend_cli_stderr." +
-                               std::to_string(getpid()) + ".txt";
-  const std::string cmd =
-      env + " " + kBinary + " " + args + " 2>" + err_path + " </dev/null";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  return r;
+  return ::pdserve::testing::RunCli(env, kBinary, args);
 }
 
 class BackendCliTest : public ::testing::Test {

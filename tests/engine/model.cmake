@@ -19,6 +19,7 @@ endif()
 if(TARGET pdserve AND TARGET pdserve_model)
   pdserve_add_test(NAME model_generate_cli_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_generate_cli_test.cc
+            ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc
     LIBS nlohmann_json::nlohmann_json)
   add_dependencies(model_generate_cli_test pdserve)
 endif()

@@ -1,7 +1,6 @@
 // `pdserve generate` end to end on stories260K: greedy ids equal the
 // transformers reference, text streams on stdout with speeds on stderr,
 // seeded sampling is reproducible, bad arguments exit 2.
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/cli_run.h"
 
 namespace {
 
@@ -25,32 +25,10 @@ const std::string kStories =
 const std::string kTok =
     std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/tok512.bin";
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using Result = ::pdserve::testing::CliResult;
 
 Result RunGenerate(const std::string& args) {
-  const std::string err_path =
-      ::testing::TempDir() + "/generate_cli_stderr.txt";
-  const std::string cmd = kBinary + " generate " + args + " 2>" + err_path;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = Slurp(err_path);
-  return r;
+  return ::pdserve::testing::RunCli("", kBinary, "generate " + args);
 }
 
 class GenerateCliTest : public ::testing::Test {
