@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/attention.h"
 #include "engine/model/mrope.h"
+#include "engine/model/span_validation.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -208,60 +209,13 @@ int64_t ForwardPass::LogitRows(absl::Span<const SequenceSpan> batch) {
 absl::Status ForwardPass::Validate(absl::Span<const SequenceSpan> batch,
                                    absl::Span<float> logits) const {
   const ModelConfig& c = weights_.config;
-  int64_t total = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceSpan& s = batch[i];
-    if (s.tokens.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, " has no tokens"));
-    }
-    if (s.start_pos < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, ": start_pos ", s.start_pos, " < 0"));
-    }
-    for (size_t t = 0; t < s.tokens.size(); ++t) {
-      if (s.tokens[t] < 0 || s.tokens[t] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "span ", i, ": token ", t, " has id ", s.tokens[t],
-            " outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
-    }
-    if (c.num_linear_layers() > 0 && s.linear_state == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "span ", i, ": model ", c.name, " has linear-attention layers ",
-          "but the span has no linear_state (", c.linear_state_floats(),
-          " floats)"));
-    }
-    const int64_t end = s.start_pos + s.size();
-    if (end > max_positions_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "span ", i, " reaches position ", end, " but at most ",
-          max_positions_, " positions are supported (model context ",
-          c.max_context, ", KV storage ", kv_.num_pages() * kv_.page_size(),
-          " tokens)"));
-    }
-    const int64_t pages = (end + kv_.page_size() - 1) / kv_.page_size();
-    if (static_cast<int64_t>(s.page_table.size()) < pages) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "span ", i, ": page table has ", s.page_table.size(),
-          " pages, positions [0, ", end, ") need ", pages, " of ",
-          kv_.page_size(), " tokens"));
-    }
-    for (int64_t p = 0; p < pages; ++p) {
-      if (s.page_table[p] < 0 || s.page_table[p] >= kv_.num_pages()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "span ", i, ": page table entry ", p, " is page ",
-            s.page_table[p], ", outside the storage's ", kv_.num_pages(),
-            " pages"));
-      }
-    }
-    total += s.size();
-  }
-  if (total > max_tokens_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch has ", total, " tokens, more than max_batch_tokens ",
-        max_tokens_));
-  }
+  SpanLimits limits;
+  limits.max_positions = max_positions_;
+  limits.num_pages = kv_.num_pages();
+  limits.page_size = kv_.page_size();
+  limits.max_batch_tokens = max_tokens_;
+  limits.require_linear_state = true;
+  if (absl::Status s = ValidateSpans(batch, c, limits); !s.ok()) return s;
   const int64_t need = LogitRows(batch) * c.vocab_size;
   if (static_cast<int64_t>(logits.size()) < need) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/span_validation.h"
 #include "kernels/cuda/plugin/cuda_check.h"
 #include "kernels/cuda/plugin/runner_internal.h"
 
@@ -46,53 +47,15 @@ StepLayout StepLayout::For(int64_t rows, int64_t seqs) {
 }
 
 absl::Status CudaRunner::Validate(absl::Span<const SequenceSpan> batch) const {
-  const ModelConfig &c = config_;
-  int64_t total = 0, pages_total = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceSpan &s = batch[i];
-    if (s.tokens.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, " has no tokens"));
-    }
-    if (s.start_pos < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, ": start_pos ", s.start_pos, " < 0"));
-    }
-    for (size_t t = 0; t < s.tokens.size(); ++t) {
-      if (s.tokens[t] < 0 || s.tokens[t] >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("span ", i, ": token ", t, " has id ", s.tokens[t],
-                         " outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
-    }
-    const int64_t end = s.start_pos + s.size();
-    if (end > max_positions_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "span ", i, " reaches position ", end, " but at most ",
-          max_positions_, " positions are supported (model context ",
-          c.max_context, ", KV storage ", num_pages_ * page_size_, " tokens)"));
-    }
-    const int64_t pages = (end + page_size_ - 1) / page_size_;
-    if (static_cast<int64_t>(s.page_table.size()) < pages) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, ": page table has ", s.page_table.size(),
-                       " pages, positions [0, ", end, ") need ", pages, " of ",
-                       page_size_, " tokens"));
-    }
-    for (int64_t p = 0; p < pages; ++p) {
-      if (s.page_table[p] < 0 || s.page_table[p] >= num_pages_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "span ", i, ": page table entry ", p, " is page ", s.page_table[p],
-            ", outside the storage's ", num_pages_, " pages"));
-      }
-    }
-    total += s.size();
-    pages_total += pages;
-  }
-  if (total > max_tokens_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch has ", total,
-                     " tokens, more than max_batch_tokens ", max_tokens_));
+  SpanLimits limits;
+  limits.max_positions = max_positions_;
+  limits.num_pages = num_pages_;
+  limits.page_size = page_size_;
+  limits.max_batch_tokens = max_tokens_;
+  int64_t pages_total = 0;
+  if (absl::Status s = ValidateSpans(batch, config_, limits, &pages_total);
+      !s.ok()) {
+    return s;
   }
   if (pages_total + graph_max_ > pt_capacity_) {
     return absl::InvalidArgumentError(absl::StrCat(
