@@ -254,6 +254,24 @@ void Register() {
           ->UseRealTime();
     }
   }
+  // Float weights: the GEMM kernel from kGemmMinTokens tokens on, mat-vec
+  // tiles below.
+  for (DType type : {DType::kF16, DType::kBF16}) {
+    for (int threads : {1, 2}) {
+      for (int64_t tokens : {1, 8, 12, 16, 32, 64, 512}) {
+        benchmark::RegisterBenchmark(
+            ("BM_SmolLM2Matmuls/" + std::string(DTypeName(type)) + "/tokens:" +
+             std::to_string(tokens) + "/threads:" + std::to_string(threads))
+                .c_str(),
+            [=](benchmark::State& s) {
+              ModelMatmuls(s, type, tokens, threads);
+            })
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.5)
+            ->UseRealTime();
+      }
+    }
+  }
   for (bool simd : {true, false}) {
     benchmark::RegisterBenchmark(
         simd ? "BM_LogSumExp/49152" : "BM_LogSumExpScalarExp/49152",

@@ -384,7 +384,7 @@ void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      a.y[(t0 + t) * a.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+      a.y[(t0 + t) * a.y_stride + r0 + r] = avx512::ReduceAdd16(acc[r][t]);
     }
   }
 }
@@ -425,6 +425,13 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   if constexpr (IsQuantized(kType)) {
     if (l.lanes) return LaneRows(kType, a, l, row_begin, row_end);
   }
+  // Float weights: whole token tiles in the GEMM, the remainder below.
+  int64_t t_begin = 0;
+  if constexpr (!IsQuantized(kType)) {
+    t_begin = avx512::FloatGemmTokens(a.n_tokens);
+    if (t_begin > 0) avx512::FloatGemmRows(a, row_begin, row_end);
+    if (t_begin == a.n_tokens) return;
+  }
   // Rows are taken in chunks of ~128 KiB of weights (L2-resident); within a
   // chunk every token tile sweeps all row tiles, so a token tile's
   // activations stay in L1 while the chunk's weights are re-read from L2.
@@ -433,7 +440,7 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
       (128 << 10) / std::max<int64_t>(1, a.w->row_bytes) / kRowTile * kRowTile);
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokTile<kType>) {
+    for (int64_t t0 = t_begin; t0 < a.n_tokens; t0 += kTokTile<kType>) {
       const int64_t nt = std::min<int64_t>(kTokTile<kType>, a.n_tokens - t0);
       for (int64_t r0 = c0; r0 < c1; r0 += kRowTile) {
         const int64_t nr = std::min<int64_t>(kRowTile, c1 - r0);

@@ -77,6 +77,32 @@ inline ActBlock QuantizeBlock(const float* x) {
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
+// Sum of the 16 lanes of v in a fixed tree (lanes i + i+8, then + i+4, then
+// + i+2, then + i+1), the order every float-weight kernel reduces in; the
+// GEMM (matmul_avx512_gemm.cc) reproduces it lane-wise.
+inline float ReduceAdd16(__m512 v) {
+  const __m256 a = _mm256_add_ps(
+      _mm512_castps512_ps256(v),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 b =
+      _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+// Float weights (F32/F16/BF16): from this many tokens on, all tokens go
+// through the GEMM kernel (bitwise the same results as the
+// mat-vec tiles, only faster).
+constexpr int64_t kGemmMinTokens = 24;
+
+// How many leading tokens (all of them, or 0) FloatGemmRows computes for a
+// call with n_tokens tokens; the caller does the rest.
+int64_t FloatGemmTokens(int64_t n_tokens);
+
+// Rows [row_begin, row_end) of a float-weight product for tokens
+// [0, FloatGemmTokens(a.n_tokens)) (matmul_avx512_gemm.cc).
+void FloatGemmRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end);
+
 template <DType kType>
 constexpr int64_t kBlockBytes = kType == DType::kQ8_0   ? sizeof(BlockQ8_0)
                                 : kType == DType::kQ4_0 ? sizeof(BlockQ4_0)
