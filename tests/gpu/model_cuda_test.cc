@@ -77,11 +77,13 @@ void ExpectGreedyEqual(const ModelWeights& cpu_w, const ModelWeights& gpu_w,
     std::vector<float> logits(vocab);
     SequenceSpan s;
     s.tokens = prompt;
-    s.page_table = Pages(16, 8);
+    const std::vector<int32_t> pages = Pages(16, 8);  // outlives the span
+    s.page_table = pages;
     DeviceSamplingParams p;  // temperature 0: greedy
     SampledToken t;
     ASSERT_LE(static_cast<int64_t>(prompt.size()), kMaxTokens);
-    ASSERT_TRUE(gpu->RunAndSample({&s, 1}, {&p, 1}, {&t, 1}, nullptr).ok());
+    st = gpu->RunAndSample({&s, 1}, {&p, 1}, {&t, 1}, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
     int64_t pos = static_cast<int64_t>(prompt.size());
     for (int i = 0; i < kGenerate; ++i) {
       sampled.push_back(t.token);
@@ -89,7 +91,8 @@ void ExpectGreedyEqual(const ModelWeights& cpu_w, const ModelWeights& gpu_w,
       if (i + 1 == kGenerate) break;
       s.tokens = absl::MakeConstSpan(&sampled.back(), 1);
       s.start_pos = pos++;
-      ASSERT_TRUE(gpu->RunAndSample({&s, 1}, {&p, 1}, {&t, 1}, nullptr).ok());
+      st = gpu->RunAndSample({&s, 1}, {&p, 1}, {&t, 1}, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
     }
   }
   EXPECT_EQ(sampled, want);
@@ -135,7 +138,8 @@ TEST(CudaModelTest, AllLogitsRowsMatchCpu) {
   const std::vector<int32_t> prompt = Prompt(100, vocab, 3);  // 7 pages
   SequenceSpan s;
   s.tokens = prompt;
-  s.page_table = Pages(0, 8);
+  const std::vector<int32_t> pages = Pages(0, 8);  // outlives the span
+  s.page_table = pages;
   s.all_logits = true;
   std::vector<float> want(prompt.size() * vocab), got(want.size());
   ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(want)).ok());
@@ -172,11 +176,12 @@ TEST(CudaModelTest, GemmAttentionMatchesCpu) {
   ASSERT_NE(gpu, nullptr);
   const int64_t vocab = w->config.vocab_size;
   const std::vector<int32_t> prompt = Prompt(130, vocab, 5);
+  const std::vector<int32_t> pages = Pages(0, 9);  // outlives the spans
   for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 100}, {100, 130}}) {
     SequenceSpan s;
     s.tokens = absl::MakeConstSpan(prompt.data() + begin, end - begin);
     s.start_pos = begin;
-    s.page_table = Pages(0, 9);
+    s.page_table = pages;
     s.all_logits = true;
     std::vector<float> want((end - begin) * vocab), got(want.size());
     ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(want)).ok());
@@ -302,9 +307,10 @@ TEST(CudaModelTest, SmolLm2Q4_1GreedyTracksCpu) {
       Greedy(GpuFn(gpu.get()), vocab, prompt, 24, kGenerate, Pages(8, 8), &st);
   ASSERT_TRUE(st.ok()) << st;
   std::vector<float> logits(vocab);
+  const std::vector<int32_t> pages = Pages(0, 8);  // outlives the span
   SequenceSpan s;
   s.tokens = prompt;
-  s.page_table = Pages(0, 8);
+  s.page_table = pages;
   ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(logits)).ok());
   int64_t pos = static_cast<int64_t>(prompt.size());
   int exact = 0;
