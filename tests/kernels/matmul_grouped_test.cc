@@ -207,10 +207,18 @@ TEST(MatMulGroupedTest, LargeGroupsSplitIntoRowBlocks) {
   // Matrices of ~100-300 KiB: each is cut into many row blocks (the last one
   // short) that different threads compute.
   const std::vector<Spec> specs = {
-      {DType::kQ8_0, 1000, 256, 1, -1}, {DType::kQ8_0, 1000, 256, 1, 0},
-      {DType::kQ4_1, 998, 256, 3, -1},  {DType::kF16, 602, 128, 2, -1},
-      {DType::kF32, 515, 64, 9, -1},    {DType::kBF16, 301, 96, 0, -1},
+      {DType::kQ8_0, 1000, 256, 1, -1},
+      {DType::kQ8_0, 1000, 256, 1, 0},
+      {DType::kQ4_1, 998, 256, 3, -1},
+      {DType::kF16, 602, 128, 2, -1},
+      {DType::kF32, 515, 64, 9, -1},
+      {DType::kBF16, 301, 96, 0, -1},
       {DType::kQ4_0, 777, 64, 20, -1},
+      // Float weights with many tokens (GEMM-style kernels), in blocks that
+      // start off any panel boundary.
+      {DType::kF32, 300, 64, 24, -1},
+      {DType::kF16, 290, 128, 13, -1},
+      {DType::kBF16, 200, 96, 30, -1},
   };
   ThreadPool one(1), two(2), three(3);
   for (const IsaKernels* k : SupportedKernels()) {
