@@ -278,18 +278,9 @@ void SchedulerShell::AdaptBudget() {
     if (fit.ok() && fit->prefill_token_ms > 0) cost_ = *fit;
   }
   if (!cost_.has_value()) return;
-  const int64_t decodes = policy_->decoding();
-  if (decodes == 0) {  // no inter-token latency to protect
-    policy_->set_step_token_budget(options_.policy.step_token_budget);
-    return;
-  }
-  const double decode_ms = cost_->StepMs(0, decodes);
-  const double extra_ms = (options_.itl_slowdown - 1.0) * decode_ms;
-  const int64_t prefill = std::clamp<int64_t>(
-      static_cast<int64_t>(extra_ms / cost_->prefill_token_ms),
-      options_.min_prefill_chunk, options_.policy.step_token_budget);
-  policy_->set_step_token_budget(
-      std::min(options_.policy.step_token_budget, decodes + prefill));
+  policy_->set_step_token_budget(AdaptiveStepBudget(
+      *cost_, policy_->decoding(), options_.itl_slowdown,
+      options_.min_prefill_chunk, options_.policy.step_token_budget));
 }
 
 void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {

@@ -222,9 +222,23 @@ Percentiles ComputePercentiles(std::vector<double> values) {
   return p;
 }
 
+int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
+                           double slowdown, int64_t min_prefill,
+                           int64_t max_budget) {
+  if (slowdown <= 1 || decoding <= 0 || cost.prefill_token_ms <= 0) {
+    return max_budget;
+  }
+  const double extra_ms = (slowdown - 1.0) * cost.StepMs(0, decoding);
+  const double prefill = std::min(
+      extra_ms / cost.prefill_token_ms, static_cast<double>(max_budget));
+  const int64_t budget =
+      decoding + std::max(min_prefill, static_cast<int64_t>(prefill));
+  return std::min(max_budget, budget);
+}
+
 SimulationResult Simulate(absl::Span<const TraceRequest> trace,
                           const PolicyConfig& config, const PoolGeometry& pool,
-                          const StepCostModel& cost) {
+                          const StepCostModel& cost, double itl_slowdown) {
   std::vector<TraceRequest> reqs(trace.begin(), trace.end());
   std::stable_sort(reqs.begin(), reqs.end(), [](const auto& a, const auto& b) {
     return a.arrival_s < b.arrival_s;
@@ -247,6 +261,11 @@ SimulationResult Simulate(absl::Span<const TraceRequest> trace,
                .ok()) {
         ++result.rejected;
       }
+    }
+    if (itl_slowdown > 1) {
+      policy.set_step_token_budget(
+          AdaptiveStepBudget(cost, policy.decoding(), itl_slowdown, 1,
+                             config.step_token_budget));
     }
     StepPlan plan = policy.Plan();
     if (plan.items.empty()) {

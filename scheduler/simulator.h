@@ -57,6 +57,16 @@ absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text)
 // coefficients are clamped to 0 (and the rest refitted).
 absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples);
 
+// The per-step token budget that bounds inter-token latency: while
+// `decoding` sequences decode, prefill may add at most (slowdown - 1) times
+// the cost of a decode-only step, i.e. decoding + that many prefill tokens,
+// but at least decoding + min_prefill and at most max_budget. With
+// slowdown <= 1, nothing decoding, or a cost model without a per-token
+// prefill cost: max_budget. Pure; the scheduler shell and Simulate share it.
+int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
+                           double slowdown, int64_t min_prefill,
+                           int64_t max_budget);
+
 // Latency percentiles in milliseconds.
 struct Percentiles {
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
@@ -78,10 +88,13 @@ struct SimulationResult {
 };
 
 // Replays `trace` (any order; sorted by arrival) through a Policy with
-// `config` and `pool`, stepping simulated time by `cost`.
+// `config` and `pool`, stepping simulated time by `cost`. With
+// itl_slowdown > 1 each step's budget is AdaptiveStepBudget(cost, ...,
+// itl_slowdown, 1, config.step_token_budget), as the live scheduler does
+// with --itl-slowdown (there fitted online to measured steps).
 SimulationResult Simulate(absl::Span<const TraceRequest> trace,
                           const PolicyConfig& config, const PoolGeometry& pool,
-                          const StepCostModel& cost);
+                          const StepCostModel& cost, double itl_slowdown = 0);
 
 }  // namespace pdserve::scheduler
 

@@ -28,6 +28,7 @@ const std::vector<FlagSpec>& Flags() {
       {"fixed-ms", true, "step cost: fixed milliseconds (default 2)"},
       {"prefill-token-ms", true, "step cost: ms per prefill token (default 0.05)"},
       {"decode-seq-ms", true, "step cost: ms per decoding sequence (default 0.5)"},
+      {"itl-slowdown", true, "adaptive budget as in serve: a step with prefill costs at most X times a decode-only step (default 1.5; 0 = fixed budget)"},
       {"calibration", true, "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps: fits the cost model"},
       {"json", false, "print the result as JSON"},
   };
@@ -102,7 +103,14 @@ int RunSimulate(int argc, char** argv) {
     *out = *v;
   }
 
-  scheduler::SimulationResult r = scheduler::Simulate(*trace, config, pool, cost);
+  auto slowdown = args->Double("itl-slowdown", 1.5);
+  if (!slowdown.ok()) return Fail(slowdown.status());
+  if (*slowdown < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrFormat("--itl-slowdown %g must be >= 0", *slowdown)));
+  }
+  scheduler::SimulationResult r =
+      scheduler::Simulate(*trace, config, pool, cost, *slowdown);
   if (args->Bool("json")) {
     nlohmann::json j = {
         {"requests", trace->size()}, {"completed", r.completed},

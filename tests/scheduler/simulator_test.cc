@@ -69,6 +69,36 @@ TEST(SimulatorTest, ChunkingBoundsDecodeLatencyUnderLongPrefill) {
   EXPECT_LT(chunked.itl_ms.p99, 2 + 0.05 * 256 + 0.5 * 8 + 1e-9);
 }
 
+TEST(SimulatorTest, AdaptiveBudgetKeepsStepsWithinTheSlowdown) {
+  // Decode-only step with 8 streams: 2 + 0.5 * 8 = 6 ms. With slowdown 1.5
+  // prefill may add 3 ms = 60 tokens a step, so no step (hence no gap
+  // between a stream's tokens) exceeds 9 ms; a fixed 256-token budget gives
+  // 6 + 0.05 * 248 = 18.4 ms steps while the prompt prefills.
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 8; ++i) trace.push_back({0, 16, 60, 0});
+  trace.push_back({0.05, 2048, 4, 0});
+  StepCostModel cost{2, 0.05, 0.5};
+  PoolGeometry pool{16, 4096, 4096};
+  PolicyConfig config{.step_token_budget = 256, .prefill_chunk = 256};
+  auto fixed = Simulate(trace, config, pool, cost);
+  auto adaptive = Simulate(trace, config, pool, cost, 1.5);
+  EXPECT_EQ(adaptive.completed, 9);
+  EXPECT_GT(fixed.itl_ms.p99, 18);
+  EXPECT_LE(adaptive.itl_ms.p99, 1.5 * 6 + 1e-9);
+  // The price: the long prompt's first token comes later.
+  EXPECT_GT(adaptive.ttft_ms.p99, fixed.ttft_ms.p99);
+}
+
+TEST(SimulatorTest, AdaptiveStepBudgetFormula) {
+  StepCostModel cost{2, 0.05, 0.5};
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 1.5, 1, 512), 8 + 60);
+  EXPECT_EQ(AdaptiveStepBudget(cost, 0, 1.5, 1, 512), 512);   // nothing decodes
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 0, 1, 512), 512);     // off
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 1.001, 16, 512), 8 + 16);  // floor
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 100, 1, 512), 512);   // cap
+  EXPECT_EQ(AdaptiveStepBudget({2, 0, 0.5}, 8, 1.5, 1, 512), 512);
+}
+
 TEST(SimulatorTest, FitRecoversLinearCosts) {
   std::vector<StepSample> samples;
   for (int p : {0, 64, 256, 512}) {
