@@ -592,7 +592,9 @@ float LogSumExp(const float* x, int64_t n) {
 }  // namespace
 
 const IsaKernels& Avx512Kernels() {
-  static const IsaKernels k{"avx512", kRowTile,  &PreparedBytes, &Prepare,
+  // Rows are split between threads in units of the float GEMM's 32-row
+  // panels (a multiple of the quantized kernels' row tile).
+  static const IsaKernels k{"avx512", 32,  &PreparedBytes, &Prepare,
                             &Rows,    &Dot,      &Axpy,          &SwiGlu,
                             &Softmax, &LogSumExp};
   return k;

@@ -112,8 +112,8 @@ void PackPanel(const WeightView& w, int64_t r0, int64_t nr, int64_t M,
 }
 
 // Packs tokens [t0, t0 + nt) (nt <= kGemmTokTile) of x class major:
-// xp[(j * M + m) * kGemmTokTile + t] = x[t0 + t][16m + j], 0 past cols and
-// for t >= nt.
+// xp[(j * M + m) * 16 + t] = x[t0 + t][16m + j], 0 past cols and for
+// t >= nt (one aligned 64-byte line per (j, m); lanes past the tile unused).
 void PackTokens(const MatMulArgs& a, int64_t cols, int64_t M, int64_t t0,
                 int64_t nt, float* xp) {
   constexpr int T = kGemmTokTile;
@@ -129,7 +129,7 @@ void PackTokens(const MatMulArgs& a, int64_t cols, int64_t M, int64_t t0,
     }
     Transpose16(v);
     for (int j = 0; j < 16; ++j) {
-      _mm512_mask_storeu_ps(xp + (j * M + m) * T, (1u << T) - 1, v[j]);
+      _mm512_store_ps(xp + (j * M + m) * 16, v[j]);
     }
   }
 }
@@ -155,7 +155,7 @@ __attribute__((always_inline)) inline void ClassChain(Tile& s, const float* wj,
     const __m512 w1 = _mm512_load_ps(wj + m * kPanelRows + 16);
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
-      const __m512 b = _mm512_set1_ps(xj[m * T + t]);
+      const __m512 b = _mm512_set1_ps(xj[m * 16 + t]);
       s.acc[0][t] = _mm512_fmadd_ps(w0, b, s.acc[0][t]);
       s.acc[1][t] = _mm512_fmadd_ps(w1, b, s.acc[1][t]);
     }
@@ -176,7 +176,7 @@ __attribute__((noinline)) void PanelTile(const float* wp, const float* xp,
     // Bit-reversed class order: 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, ...
     const int j =
         ((n & 1) << 3) | ((n & 2) << 1) | ((n & 4) >> 1) | ((n & 8) >> 3);
-    ClassChain(s, wp + j * M * kPanelRows, xp + j * M * T, M);
+    ClassChain(s, wp + j * M * kPanelRows, xp + j * M * 16, M);
     // Binary-counter combination (ReduceAdd16's tree).
     int level = 0;
     for (; level < 4 && (n >> level & 1); ++level) {
@@ -231,7 +231,7 @@ void GemmTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end,
       std::max<int64_t>(1, kChunkBytes / (panel_floats * 4));
   const int64_t n_panels = (row_end - row_begin + kPanelRows - 1) / kPanelRows;
   const int64_t wp_floats = std::min(panels_per_chunk, n_panels) * panel_floats;
-  float* wp = PackBuffer(wp_floats + 16 * M * kGemmTokTile);
+  float* wp = PackBuffer(wp_floats + 16 * M * 16);
   float* xp = wp + wp_floats;
   for (int64_t p0 = 0; p0 < n_panels; p0 += panels_per_chunk) {
     const int64_t np = std::min(panels_per_chunk, n_panels - p0);
