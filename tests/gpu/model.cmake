@@ -5,6 +5,9 @@ if(TARGET pdserve_cuda_runner AND TARGET pdserve_model AND TARGET pdserve_loader
   pdserve_add_test(NAME model_cuda_test LABEL gpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_test.cc
     LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
+  pdserve_add_test(NAME model_cuda_tiny_test LABEL gpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_tiny_test.cc
+    LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
   pdserve_add_test(NAME model_plugin_test LABEL gpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_plugin_test.cc
     LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv
