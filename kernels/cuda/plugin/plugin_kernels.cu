@@ -371,7 +371,8 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
   if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
       shape.head_dim < 1 || shape.head_dim > 512 ||
       kv.kv_dim != static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim ||
-      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff) {
+      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff ||
+      kv.type != cuda::KvType::kF32) {
     return cudaErrorInvalidValue;
   }
   AttnParams p;
@@ -416,8 +417,9 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
       prep.num_heads < 1 || prep.num_kv_heads < 1 || kv.data == nullptr ||
       kv.kv_dim != static_cast<int64_t>(prep.num_kv_heads) * prep.head_dim ||
       layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff ||
-      batch.q_start == nullptr || batch.start_pos == nullptr ||
-      batch.page_start == nullptr || batch.page_table == nullptr) {
+      kv.type != cuda::KvType::kF32 || batch.q_start == nullptr ||
+      batch.start_pos == nullptr || batch.page_start == nullptr ||
+      batch.page_table == nullptr) {
     return cudaErrorInvalidValue;
   }
   PrepParams p;
@@ -453,9 +455,9 @@ cudaError_t GatherKvExpanded(const cuda::DeviceKvCache &kv, int64_t layer,
   if (kv.data == nullptr || k == nullptr || v == nullptr || layer < 0 ||
       layer >= kv.num_layers || batch.num_seqs < 1 ||
       batch.page_start == nullptr || batch.page_table == nullptr ||
-      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff || head_dim < 1 ||
-      num_heads < 1 || kv.kv_dim % head_dim != 0 ||
-      num_heads % (kv.kv_dim / head_dim) != 0 ||
+      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff ||
+      kv.type != cuda::KvType::kF32 || head_dim < 1 || num_heads < 1 ||
+      kv.kv_dim % head_dim != 0 || num_heads % (kv.kv_dim / head_dim) != 0 ||
       head_stride < kv_len * head_dim) {
     return cudaErrorInvalidValue;
   }

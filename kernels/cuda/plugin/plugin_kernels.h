@@ -1,5 +1,7 @@
 // Device kernels the runner needs beyond kernels/cuda/cuda_kernels.h
 // (launchers only enqueue on `stream`; graph-capturable; no allocation).
+// The KV cache must be f32 (DeviceKvCache::type kF32): the kernels below that
+// read or write it return cudaErrorInvalidValue for a bf16 cache.
 #ifndef PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_
 #define PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_
 
