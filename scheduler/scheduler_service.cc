@@ -141,6 +141,7 @@ const std::vector<cli::FlagSpec>& SchedulerFlags() {
       {"max-running", true, "most sequences running at once (default 64)"},
       {"max-queue", true, "waiting queue bound (default 1024)"},
       {"itl-slowdown", true, "adapt the step budget so a step with prefill costs at most X times a decode-only step while sequences decode (fitted online; default 1.5; 0 = fixed budget)"},
+      {"step-timeout", true, "seconds to wait for one step's result before treating the engine as hung (default 120)"},
       {"pipeline-depth", true, "steps written to the engine ahead of their results (default 2: the next step waits at the engine while one runs; 1 = none)"},
       {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
       {"name", true, "model name for the vllm:* gauges' model_name label (default: the engine's)"},
@@ -162,6 +163,15 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
     return 2;
   }
   options.itl_slowdown = *slowdown;
+  auto step_timeout = args.Double("step-timeout", 120);
+  if (!step_timeout.ok() || *step_timeout <= 0) {
+    std::fprintf(stderr,
+                 "pdserve scheduler: --step-timeout must be a number of "
+                 "seconds > 0\n");
+    return 2;
+  }
+  options.step_deadline = std::chrono::milliseconds(
+      static_cast<int64_t>(*step_timeout * 1000.0));
   struct IntFlag { const char* name; int64_t* out; };
   int64_t port = 50052;
   for (IntFlag f : {IntFlag{"budget", &options.policy.step_token_budget},

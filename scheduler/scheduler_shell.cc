@@ -52,6 +52,7 @@ SchedulerShell::~SchedulerShell() {
 
 void SchedulerShell::Start() {
   loop_ = std::thread([this] { Loop(); });
+  watchdog_ = std::thread([this] { WatchStepReads(); });
 }
 
 void SchedulerShell::Stop() {
@@ -61,7 +62,13 @@ void SchedulerShell::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  {
+    // A loop blocked on a step result must not hold up the stop.
+    std::lock_guard<std::mutex> lock(stream_mu_);
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
   if (loop_.joinable()) loop_.join();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
@@ -82,7 +89,8 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
                                  "the engine is not ready; retry shortly"));
       return id;
     }
-    if (!request.request_id().empty()) by_request_id_[request.request_id()] = id;
+    if (!request.request_id().empty())
+      by_request_id_[request.request_id()] = id;
     inbox_.emplace_back(id, std::move(r));
   }
   cv_.notify_all();
@@ -132,8 +140,8 @@ bool SchedulerShell::ConnectEngine() {
         std::min<int64_t>(config.step_token_budget, info.max_step_tokens());
   }
   policy_ = std::make_unique<Policy>(
-      config, PoolGeometry{info.page_size(), info.total_pages(),
-                           info.max_seq_len()});
+      config,
+      PoolGeometry{info.page_size(), info.total_pages(), info.max_seq_len()});
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_.max_seq_len = info.max_seq_len();
@@ -208,7 +216,8 @@ void SchedulerShell::CheckEngine() {
   v1::EngineInfo info;
   grpc::Status s = engine_->GetInfo(&ctx, v1::GetInfoRequest(), &info);
   if (s.ok() && info.pid() == engine_pid_) return;
-  LoseEngine(s.ok() ? "the engine restarted" : "engine lost: " + s.error_message());
+  LoseEngine(s.ok() ? "the engine restarted"
+                    : "engine lost: " + s.error_message());
 }
 
 void SchedulerShell::LoseEngine(const std::string& why) {
@@ -274,7 +283,8 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
 void SchedulerShell::AdaptBudget() {
   if (options_.itl_slowdown <= 1 || samples_.size() < 8) return;
   if (steps_ % 8 == 0) {
-    auto fit = FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
+    auto fit =
+        FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
     if (fit.ok() && fit->prefill_token_ms > 0) cost_ = *fit;
   }
   if (!cost_.has_value()) return;

@@ -39,8 +39,11 @@ class EventSink {
 
 struct ShellOptions {
   PolicyConfig policy;
-  std::string engine_target;   // host:port of the engine
-  std::string step_log_path;   // CSV prefill_tokens,decode_seqs,step_ms (calibration)
+  std::string engine_target;  // host:port of the engine
+  std::string
+      step_log_path;  // CSV prefill_tokens,decode_seqs,step_ms (calibration)
+  // A step result not back within this time (a hung engine) ends the step
+  // stream: in-flight requests fail UNAVAILABLE and the shell reconnects.
   std::chrono::milliseconds step_deadline{120000};
   // > 1: before each step, cap the token budget so that the predicted step
   // time (a StepCostModel fitted online to recent steps) stays within this
@@ -91,7 +94,9 @@ class SchedulerShell {
 
   ShellStatus Status() const;
   // Called with true/false when the engine becomes ready / is lost.
-  void OnReadyChange(std::function<void(bool)> fn) { on_ready_ = std::move(fn); }
+  void OnReadyChange(std::function<void(bool)> fn) {
+    on_ready_ = std::move(fn);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -112,6 +117,8 @@ class SchedulerShell {
   void RunStep();
   // Opens the StepStream to the engine (after GetInfo succeeded).
   void OpenStepStream();
+  // Watchdog thread body: cancels a stream read older than step_deadline.
+  void WatchStepReads();
   // Cancels the StepStream (if open) and forgets the steps in flight.
   void CloseStepStream();
   // Plans the next step (committed optimistically: outcomes arrive later)
@@ -145,13 +152,20 @@ class SchedulerShell {
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>>
       stream_;
   std::deque<StepPlan> in_flight_;
+  // Watchdog over stream reads: the loop thread sets read_since_ (steady
+  // clock ns, 0 = not reading); the watchdog cancels stream_ctx_ when a read
+  // outlives step_deadline. stream_mu_ guards stream_ctx_ against the
+  // watchdog.
+  std::mutex stream_mu_;
+  std::atomic<int64_t> read_since_ns_{0};
+  std::thread watchdog_;
   std::vector<SeqId> engine_forget_;  // refused admissions to release
-  std::unique_ptr<Policy> policy_;  // loop thread only
+  std::unique_ptr<Policy> policy_;    // loop thread only
   absl::flat_hash_map<uint64_t, Request> requests_;  // loop thread only
   std::FILE* step_log_ = nullptr;
-  int64_t engine_pid_ = 0;  // loop thread only
-  int64_t steps_ = 0;       // loop thread only
-  std::deque<StepSample> samples_;  // recent steps (loop thread only)
+  int64_t engine_pid_ = 0;             // loop thread only
+  int64_t steps_ = 0;                  // loop thread only
+  std::deque<StepSample> samples_;     // recent steps (loop thread only)
   std::optional<StepCostModel> cost_;  // fitted to samples_
 
   mutable std::mutex mu_;  // guards the inbox, status and ids below

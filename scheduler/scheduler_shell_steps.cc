@@ -14,11 +14,40 @@
 
 namespace pdserve::scheduler {
 
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void SchedulerShell::OpenStepStream() {
   in_flight_.clear();
   engine_forget_.clear();
+  std::lock_guard<std::mutex> lock(stream_mu_);
   stream_ctx_ = std::make_unique<grpc::ClientContext>();
   stream_ = engine_->StepStream(stream_ctx_.get());
+}
+
+void SchedulerShell::WatchStepReads() {
+  const int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               options_.step_deadline)
+                               .count();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(250));
+    const int64_t since = read_since_ns_.load();
+    if (since == 0 || SteadyNs() - since < limit_ns) continue;
+    std::lock_guard<std::mutex> stream_lock(stream_mu_);
+    if (stream_ctx_ != nullptr && read_since_ns_.load() == since) {
+      std::fprintf(stderr,
+                   "pdserve scheduler: no step result for %lld ms; "
+                   "cancelling the engine stream\n",
+                   static_cast<long long>(options_.step_deadline.count()));
+      stream_ctx_->TryCancel();
+    }
+  }
 }
 
 void SchedulerShell::RunStep() {
@@ -26,8 +55,7 @@ void SchedulerShell::RunStep() {
   bool wrote = false;
   if (static_cast<int64_t>(in_flight_.size()) < depth) {
     wrote = DispatchNext();
-    if (!engine_ready_)
-      return;
+    if (!engine_ready_) return;
   }
   // Read a result when the pipeline is full, or when nothing new could be
   // planned (the results in flight are what will change that).
@@ -37,13 +65,12 @@ void SchedulerShell::RunStep() {
   }
 }
 
-void SchedulerShell::FillAdmit(uint64_t id, const Request &r,
-                               v1::AddSequenceRequest *add) {
+void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
+                               v1::AddSequenceRequest* add) {
   add->set_seq_id(id);
   *add->mutable_prompt_ids() = r.spec.prompt_ids();
   // Recompute after preemption: the tokens generated so far join the prompt.
-  for (int32_t t : r.generated)
-    add->add_prompt_ids(t);
+  for (int32_t t : r.generated) add->add_prompt_ids(t);
   const int64_t remaining =
       r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
   add->set_max_new_tokens(static_cast<int32_t>(remaining));
@@ -56,39 +83,32 @@ void SchedulerShell::FillAdmit(uint64_t id, const Request &r,
 bool SchedulerShell::DispatchNext() {
   AdaptBudget();
   StepPlan plan = policy_->Plan();
-  policy_->Commit({}); // optimistic; finishes arrive with the results
+  policy_->Commit({});  // optimistic; finishes arrive with the results
   // A preemption, or the readmission of a preempted request, needs every
   // token generated so far: wait for the steps in flight first.
   bool drain = !plan.preempted.empty();
   for (SeqId id : plan.admit) {
     auto it = requests_.find(id);
-    if (it != requests_.end() && it->second.was_admitted)
-      drain = true;
+    if (it != requests_.end() && it->second.was_admitted) drain = true;
   }
   while (drain && !in_flight_.empty()) {
-    if (!ReceiveOne())
-      return false;
+    if (!ReceiveOne()) return false;
   }
-  for (SeqId id : plan.cancelled)
-    Finish(id, v1::FINISH_REASON_CANCELLED);
+  for (SeqId id : plan.cancelled) Finish(id, v1::FINISH_REASON_CANCELLED);
   v1::StepRequest req;
-  for (SeqId id : plan.release)
-    req.add_release_ids(id);
-  for (SeqId id : engine_forget_)
-    req.add_release_ids(id);
+  for (SeqId id : plan.release) req.add_release_ids(id);
+  for (SeqId id : engine_forget_) req.add_release_ids(id);
   engine_forget_.clear();
   const Clock::time_point now = Clock::now();
   for (SeqId id : plan.admit) {
     auto it = requests_.find(id);
-    if (it == requests_.end())
-      continue;
+    if (it == requests_.end()) continue;
     FillAdmit(id, it->second, req.add_admit());
-    if (!it->second.was_admitted)
-      it->second.admitted = now;
+    if (!it->second.was_admitted) it->second.admitted = now;
     it->second.was_admitted = true;
   }
-  for (const PlanItem &item : plan.items) {
-    v1::StepItem *s = req.add_items();
+  for (const PlanItem& item : plan.items) {
+    v1::StepItem* s = req.add_items();
     s->set_seq_id(item.id);
     s->set_num_tokens(static_cast<int32_t>(item.num_tokens));
   }
@@ -109,8 +129,7 @@ bool SchedulerShell::DispatchNext() {
 
 void SchedulerShell::CloseStepStream() {
   in_flight_.clear();
-  if (stream_ == nullptr)
-    return;
+  if (stream_ == nullptr) return;
   stream_ctx_->TryCancel();
   (void)stream_->Finish();
   stream_.reset();
@@ -119,7 +138,10 @@ void SchedulerShell::CloseStepStream() {
 
 bool SchedulerShell::ReceiveOne() {
   v1::StepResponse resp;
-  if (!stream_->Read(&resp)) {
+  read_since_ns_.store(SteadyNs());
+  const bool got = stream_->Read(&resp);
+  read_since_ns_.store(0);
+  if (!got) {
     grpc::Status s = stream_->Finish();
     stream_.reset();
     // A refused step means the policy and the engine disagree about state;
@@ -134,9 +156,9 @@ bool SchedulerShell::ReceiveOne() {
   return true;
 }
 
-void SchedulerShell::ApplyResponse(const StepPlan &plan,
-                                   const v1::StepResponse &resp) {
-  for (const v1::RejectedSequence &r : resp.rejected()) {
+void SchedulerShell::ApplyResponse(const StepPlan& plan,
+                                   const v1::StepResponse& resp) {
+  for (const v1::RejectedSequence& r : resp.rejected()) {
     // The engine refused this request only (e.g. a token id out of range).
     auto it = requests_.find(r.seq_id());
     if (it != requests_.end()) {
@@ -151,8 +173,7 @@ void SchedulerShell::ApplyResponse(const StepPlan &plan,
     ++steps_;
     samples_.push_back(
         {plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
-    if (samples_.size() > 256)
-      samples_.pop_front();
+    if (samples_.size() > 256) samples_.pop_front();
     if (step_log_ != nullptr) {
       std::fprintf(step_log_, "%ld,%ld,%.3f\n",
                    static_cast<long>(plan.prefill_tokens),
@@ -162,14 +183,12 @@ void SchedulerShell::ApplyResponse(const StepPlan &plan,
   }
   const Clock::time_point now = Clock::now();
   int64_t finished = 0;
-  for (const v1::SequenceOutput &out : resp.outputs()) {
+  for (const v1::SequenceOutput& out : resp.outputs()) {
     auto it = requests_.find(out.seq_id());
-    if (it == requests_.end())
-      continue; // cancelled or already finished
-    Request &r = it->second;
+    if (it == requests_.end()) continue;  // cancelled or already finished
+    Request& r = it->second;
     if (out.has_token()) {
-      if (r.generated.empty())
-        r.first_token = now;
+      if (r.generated.empty()) r.first_token = now;
       r.last_token = now;
       r.generated.push_back(out.token_id());
       v1::TokenEvent event;
@@ -186,4 +205,4 @@ void SchedulerShell::ApplyResponse(const StepPlan &plan,
   RecordIteration(plan, finished);
 }
 
-} // namespace pdserve::scheduler
+}  // namespace pdserve::scheduler

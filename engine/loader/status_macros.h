@@ -5,12 +5,11 @@
 #ifndef PDSERVE_ENGINE_LOADER_STATUS_MACROS_H_
 #define PDSERVE_ENGINE_LOADER_STATUS_MACROS_H_
 
-#define PDSERVE_ASSIGN(lhs, expr)                                              \
-  do {                                                                         \
-    auto _v = (expr);                                                          \
-    if (!_v.ok())                                                              \
-      return _v.status();                                                      \
-    lhs = *_v;                                                                 \
+#define PDSERVE_ASSIGN(lhs, expr)     \
+  do {                                \
+    auto _v = (expr);                 \
+    if (!_v.ok()) return _v.status(); \
+    lhs = *_v;                        \
   } while (0)
 
-#endif // PDSERVE_ENGINE_LOADER_STATUS_MACROS_H_
+#endif  // PDSERVE_ENGINE_LOADER_STATUS_MACROS_H_

@@ -17,10 +17,10 @@ namespace pdserve {
 
 // The limits a batch is checked against.
 struct SpanLimits {
-  int64_t max_positions = 0;    // longest sequence (positions)
-  int64_t num_pages = 0;        // KV pages in the storage
-  int64_t page_size = 0;        // tokens per page
-  int64_t max_batch_tokens = 0; // tokens in one batch
+  int64_t max_positions = 0;     // longest sequence (positions)
+  int64_t num_pages = 0;         // KV pages in the storage
+  int64_t page_size = 0;         // tokens per page
+  int64_t max_batch_tokens = 0;  // tokens in one batch
   // Hybrid models: spans must carry SequenceSpan::linear_state (host
   // backends); device backends use state_slot instead.
   bool require_linear_state = false;
@@ -32,11 +32,11 @@ struct SpanLimits {
 // page outside the storage, more than max_batch_tokens in all. On success
 // *pages_total (when non-null) is the number of page-table entries used.
 inline absl::Status ValidateSpans(absl::Span<const SequenceSpan> batch,
-                                  const ModelConfig &c, const SpanLimits &lim,
-                                  int64_t *pages_total = nullptr) {
+                                  const ModelConfig& c, const SpanLimits& lim,
+                                  int64_t* pages_total = nullptr) {
   int64_t total = 0, pages_sum = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceSpan &s = batch[i];
+    const SequenceSpan& s = batch[i];
     if (s.tokens.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("span ", i, " has no tokens"));
@@ -89,11 +89,10 @@ inline absl::Status ValidateSpans(absl::Span<const SequenceSpan> batch,
         "batch has ", total, " tokens, more than max_batch_tokens ",
         lim.max_batch_tokens));
   }
-  if (pages_total != nullptr)
-    *pages_total = pages_sum;
+  if (pages_total != nullptr) *pages_total = pages_sum;
   return absl::OkStatus();
 }
 
-} // namespace pdserve
+}  // namespace pdserve
 
-#endif // PDSERVE_ENGINE_MODEL_SPAN_VALIDATION_H_
+#endif  // PDSERVE_ENGINE_MODEL_SPAN_VALIDATION_H_

@@ -14,7 +14,7 @@
 
 namespace pdserve::service {
 
-SamplingParams ToSamplingParams(const v1::SamplingParams &p) {
+SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
   SamplingParams s;
   s.temperature = p.temperature();
   s.top_k = p.top_k();
@@ -26,19 +26,21 @@ SamplingParams ToSamplingParams(const v1::SamplingParams &p) {
   return s;
 }
 
-EngineServiceImpl::EngineServiceImpl(EngineCore *core, std::string model_name,
+EngineServiceImpl::EngineServiceImpl(EngineCore* core, std::string model_name,
                                      std::string backend,
                                      int64_t max_step_tokens)
-    : core_(core), model_name_(std::move(model_name)),
-      backend_(std::move(backend)), max_step_tokens_(max_step_tokens) {}
+    : core_(core),
+      model_name_(std::move(model_name)),
+      backend_(std::move(backend)),
+      max_step_tokens_(max_step_tokens) {}
 
-grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext *,
-                                        const v1::GetInfoRequest *,
-                                        v1::EngineInfo *resp) {
+grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
+                                        const v1::GetInfoRequest*,
+                                        v1::EngineInfo* resp) {
   std::lock_guard<std::mutex> lock(mu_);
-  const KvGeometry &g = core_->Geometry();
+  const KvGeometry& g = core_->Geometry();
   const EngineStats stats = core_->Stats();
-  const ModelConfig &config = core_->model_config();
+  const ModelConfig& config = core_->model_config();
   resp->set_model(model_name_);
   resp->set_vocab_size(static_cast<int32_t>(config.vocab_size));
   resp->set_max_seq_len(
@@ -56,9 +58,9 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext *,
   return grpc::Status::OK;
 }
 
-grpc::Status EngineServiceImpl::AddSequence(grpc::ServerContext *,
-                                            const v1::AddSequenceRequest *req,
-                                            v1::AddSequenceResponse *) {
+grpc::Status EngineServiceImpl::AddSequence(grpc::ServerContext*,
+                                            const v1::AddSequenceRequest* req,
+                                            v1::AddSequenceResponse*) {
   std::lock_guard<std::mutex> lock(mu_);
   return rpc::ToGrpc(AddLocked(*req));
 }
@@ -66,26 +68,26 @@ grpc::Status EngineServiceImpl::AddSequence(grpc::ServerContext *,
 namespace {
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
-  case FinishReason::kStop:
-    return v1::FINISH_REASON_STOP;
-  case FinishReason::kLength:
-    return v1::FINISH_REASON_LENGTH;
-  default:
-    return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
   }
 }
-} // namespace
+}  // namespace
 
-grpc::Status EngineServiceImpl::Step(grpc::ServerContext *,
-                                     const v1::StepRequest *req,
-                                     v1::StepResponse *resp) {
+grpc::Status EngineServiceImpl::Step(grpc::ServerContext*,
+                                     const v1::StepRequest* req,
+                                     v1::StepResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   return ExecuteLocked(*req, resp);
 }
 
 grpc::Status EngineServiceImpl::StepStream(
-    grpc::ServerContext *,
-    grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest> *stream) {
+    grpc::ServerContext*,
+    grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) {
   // A writer thread sends the results, so that sending step N (about half a
   // millisecond on loopback) overlaps step N+1, which gRPC has usually
   // buffered already: steps run back to back.
@@ -97,8 +99,7 @@ grpc::Status EngineServiceImpl::StepStream(
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
       cv.wait(lock, [&] { return done || !out.empty(); });
-      if (out.empty())
-        return;
+      if (out.empty()) return;
       v1::StepResponse resp = std::move(out.front());
       out.pop_front();
       lock.unlock();
@@ -112,48 +113,60 @@ grpc::Status EngineServiceImpl::StepStream(
   });
   grpc::Status status = grpc::Status::OK;
   v1::StepRequest req;
+  // Sequences this stream admitted and has not released: when the stream
+  // ends (the scheduler went away or gave up on a hung step) nobody else
+  // will release them, so they are released here.
+  absl::flat_hash_set<uint64_t> owned;
   while (stream->Read(&req)) {
     v1::StepResponse resp;
     {
       std::lock_guard<std::mutex> lock(mu_);
       status = ExecuteLocked(req, &resp);
     }
-    if (!status.ok())
-      break;
+    for (uint64_t id : req.release_ids()) owned.erase(id);
+    for (const v1::AddSequenceRequest& add : req.admit()) {
+      owned.insert(add.seq_id());
+    }
+    for (const v1::RejectedSequence& r : resp.rejected()) {
+      owned.erase(r.seq_id());
+    }
+    if (!status.ok()) break;
     std::lock_guard<std::mutex> lock(mu);
-    if (write_failed)
-      break;
+    if (write_failed) break;
     out.push_back(std::move(resp));
     cv.notify_one();
   }
   {
     std::lock_guard<std::mutex> lock(mu);
-    done = true; // the writer sends what is queued, then stops
+    done = true;  // the writer sends what is queued, then stops
   }
   cv.notify_one();
   writer.join();
+  if (!owned.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : owned) (void)core_->Release(id);
+  }
   return status;
 }
 
-void EngineServiceImpl::AdmitLocked(const v1::StepRequest &req,
-                                    v1::StepResponse *resp) {
+void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
+                                    v1::StepResponse* resp) {
   for (uint64_t id : req.release_ids()) {
     rejected_.erase(id);
-    (void)core_->Release(id); // NOT_FOUND: already gone, harmless
+    (void)core_->Release(id);  // NOT_FOUND: already gone, harmless
   }
-  for (const v1::AddSequenceRequest &add : req.admit()) {
+  for (const v1::AddSequenceRequest& add : req.admit()) {
     absl::Status s = AddLocked(add);
-    if (s.ok())
-      continue;
+    if (s.ok()) continue;
     rejected_.insert(add.seq_id());
-    v1::RejectedSequence *r = resp->add_rejected();
+    v1::RejectedSequence* r = resp->add_rejected();
     r->set_seq_id(add.seq_id());
     r->set_code(static_cast<int32_t>(s.code()));
     r->set_message(std::string(s.message()));
   }
 }
 
-absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest &req) {
+absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
   return core_->AddSequence(
       req.seq_id(),
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),
@@ -162,13 +175,12 @@ absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest &req) {
       req.max_new_tokens());
 }
 
-grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest &req,
-                                              v1::StepResponse *resp) {
+grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
+                                              v1::StepResponse* resp) {
   AdmitLocked(req, resp);
   plan_.clear();
-  for (const v1::StepItem &item : req.items()) {
-    if (rejected_.contains(item.seq_id()))
-      continue;
+  for (const v1::StepItem& item : req.items()) {
+    if (rejected_.contains(item.seq_id())) continue;
     plan_.push_back({item.seq_id(), item.num_tokens()});
   }
   if (plan_.empty()) {
@@ -176,12 +188,11 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest &req,
     return grpc::Status::OK;
   }
   absl::Status s = core_->Step(plan_, &result_);
-  if (!s.ok())
-    return rpc::ToGrpc(s);
+  if (!s.ok()) return rpc::ToGrpc(s);
   int32_t prefill = 0, decode = 0;
   for (size_t i = 0; i < result_.sequences.size(); ++i) {
-    const SequenceStepResult &r = result_.sequences[i];
-    v1::SequenceOutput *out = resp->add_outputs();
+    const SequenceStepResult& r = result_.sequences[i];
+    v1::SequenceOutput* out = resp->add_outputs();
     out->set_seq_id(r.id);
     out->set_has_token(r.has_token);
     out->set_token_id(r.token);
@@ -201,7 +212,7 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest &req,
   return grpc::Status::OK;
 }
 
-void EngineServiceImpl::AttachMetrics(metrics::EngineMetrics *metrics) {
+void EngineServiceImpl::AttachMetrics(metrics::EngineMetrics* metrics) {
   std::lock_guard<std::mutex> lock(mu_);
   metrics_ = metrics;
 }
@@ -221,7 +232,7 @@ void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
     std::fprintf(stderr, "pdserve engine: step metrics: %s\n",
                  std::string(s.message()).c_str());
   }
-  const KvGeometry &g = core_->Geometry();
+  const KvGeometry& g = core_->Geometry();
   const KvPoolStats pool = core_->Stats().pool;
   metrics::PoolStats p;
   p.capacity_tokens = pool.total_tokens;
@@ -243,18 +254,17 @@ void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
   }
 }
 
-grpc::Status EngineServiceImpl::Release(grpc::ServerContext *,
-                                        const v1::ReleaseRequest *req,
-                                        v1::ReleaseResponse *resp) {
+grpc::Status EngineServiceImpl::Release(grpc::ServerContext*,
+                                        const v1::ReleaseRequest* req,
+                                        v1::ReleaseResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status first;
   for (uint64_t id : req->seq_ids()) {
     absl::Status s = core_->Release(id);
-    if (!s.ok() && first.ok())
-      first = s;
+    if (!s.ok() && first.ok()) first = s;
   }
   resp->set_free_pages(core_->Stats().pool.free_pages);
   return rpc::ToGrpc(first);
 }
 
-} // namespace pdserve::service
+}  // namespace pdserve::service

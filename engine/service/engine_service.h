@@ -17,7 +17,7 @@ namespace pdserve::service {
 
 // Converts API sampling parameters to the sampler's (zero fields mean the
 // sampler's defaults: top_p 1, repetition_penalty 1, seed 0).
-SamplingParams ToSamplingParams(const v1::SamplingParams &p);
+SamplingParams ToSamplingParams(const v1::SamplingParams& p);
 
 // Serves one EngineCore. Thread-safe: every call takes one mutex, so the
 // engine executes one step (or add / release) at a time, in arrival order.
@@ -26,52 +26,52 @@ SamplingParams ToSamplingParams(const v1::SamplingParams &p);
 // With metrics attached, every step that processed tokens is recorded
 // (duration, tokens, batch, bytes moved) together with a pool snapshot.
 class EngineServiceImpl final : public v1::Engine::Service {
-public:
-  EngineServiceImpl(EngineCore *core, std::string model_name,
+ public:
+  EngineServiceImpl(EngineCore* core, std::string model_name,
                     std::string backend, int64_t max_step_tokens);
 
-  grpc::Status GetInfo(grpc::ServerContext *ctx, const v1::GetInfoRequest *req,
-                       v1::EngineInfo *resp) override;
-  grpc::Status AddSequence(grpc::ServerContext *ctx,
-                           const v1::AddSequenceRequest *req,
-                           v1::AddSequenceResponse *resp) override;
-  grpc::Status Step(grpc::ServerContext *ctx, const v1::StepRequest *req,
-                    v1::StepResponse *resp) override;
-  grpc::Status Release(grpc::ServerContext *ctx, const v1::ReleaseRequest *req,
-                       v1::ReleaseResponse *resp) override;
+  grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req,
+                       v1::EngineInfo* resp) override;
+  grpc::Status AddSequence(grpc::ServerContext* ctx,
+                           const v1::AddSequenceRequest* req,
+                           v1::AddSequenceResponse* resp) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
+                    v1::StepResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+                       v1::ReleaseResponse* resp) override;
   // Executes the stream's requests in order (releases, admissions, step),
   // one response each; ends with the first failing step's status.
-  grpc::Status
-  StepStream(grpc::ServerContext *ctx,
-             grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>
-                 *stream) override;
+  grpc::Status StepStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream)
+      override;
 
   // Records every later step into `metrics` (not owned; must outlive the
   // service; null detaches). Safe to call while serving.
-  void AttachMetrics(metrics::EngineMetrics *metrics);
+  void AttachMetrics(metrics::EngineMetrics* metrics);
 
-private:
+ private:
   // Releases, then admissions, then the step of `req` (Step, StepStream).
-  grpc::Status ExecuteLocked(const v1::StepRequest &req,
-                             v1::StepResponse *resp);
-  void AdmitLocked(const v1::StepRequest &req, v1::StepResponse *resp);
-  absl::Status AddLocked(const v1::AddSequenceRequest &req);
+  grpc::Status ExecuteLocked(const v1::StepRequest& req,
+                             v1::StepResponse* resp);
+  void AdmitLocked(const v1::StepRequest& req, v1::StepResponse* resp);
+  absl::Status AddLocked(const v1::AddSequenceRequest& req);
   // Feeds the step just run (result_, plan_) and the pool to metrics_.
   void RecordStepLocked(int64_t prefill, int64_t decode);
 
   std::mutex mu_;
-  EngineCore *core_;
+  EngineCore* core_;
   std::string model_name_;
   std::string backend_;
   int64_t max_step_tokens_;
-  StepResult result_; // reused across steps
+  StepResult result_;  // reused across steps
   std::vector<StepPlanEntry> plan_;
   // Admissions refused in a StepRequest: their items are skipped until a
   // release names them.
   absl::flat_hash_set<uint64_t> rejected_;
-  metrics::EngineMetrics *metrics_ = nullptr; // guarded by mu_; not owned
+  metrics::EngineMetrics* metrics_ = nullptr;  // guarded by mu_; not owned
 };
 
-} // namespace pdserve::service
+}  // namespace pdserve::service
 
-#endif // PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_
+#endif  // PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_

@@ -47,6 +47,7 @@ const std::vector<FlagSpec>& Flags() {
       {"max-sequences", true, "engine: sequences live at once"},
       {"max-step-tokens", true, "engine: most tokens in one step"},
       {"itl-slowdown", true, "scheduler: adapt the step budget so a step with prefill costs at most X times a decode-only step (default 1.5; 0 = fixed budget)"},
+      {"step-timeout", true, "scheduler: seconds to wait for a step's result before treating the engine as hung (default 120)"},
       {"pipeline-depth", true, "scheduler: steps queued at the engine ahead of their results (default 2; 1 = none)"},
       {"budget", true, "scheduler: tokens per step"},
       {"chunk", true, "scheduler: prefill chunk (0 = off)"},
@@ -229,7 +230,7 @@ int RunServe(int argc, char** argv) {
                             "127.0.0.1", "--port", scheduler_port,
                             "--metrics-port", metrics[1]}};
   Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
-                              "step-log", "itl-slowdown", "pipeline-depth", "name",
+                              "step-log", "itl-slowdown", "pipeline-depth", "step-timeout", "name",
                               "config"});
   Child front{"frontend", {"frontend", "--model", args->String("model", ""),
                            "--scheduler",

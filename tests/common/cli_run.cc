@@ -11,28 +11,26 @@
 
 namespace pdserve::testing {
 
-std::string ReadWholeFile(const std::string &path) {
+std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
-CliResult RunCli(const std::string &env, const std::string &binary,
-                 const std::string &args) {
+CliResult RunCli(const std::string& env, const std::string& binary,
+                 const std::string& args) {
   // One file per process: ctest runs the cases of a suite in parallel.
   const std::string err_path = ::testing::TempDir() + "/pdserve_cli_stderr." +
                                std::to_string(getpid()) + ".txt";
   const std::string cmd =
       env + " " + binary + " " + args + " 2>" + err_path + " </dev/null";
   CliResult r;
-  FILE *p = popen(cmd.c_str(), "r");
-  if (p == nullptr)
-    return r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
   char buf[4096];
   size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
-    r.out.append(buf, n);
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = ReadWholeFile(err_path);
@@ -40,4 +38,4 @@ CliResult RunCli(const std::string &env, const std::string &binary,
   return r;
 }
 
-} // namespace pdserve::testing
+}  // namespace pdserve::testing

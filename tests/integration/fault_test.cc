@@ -101,6 +101,54 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   EXPECT_THAT(serve->log(), ::testing::HasSubstr("engine (pid"));
 }
 
+// A hung engine (SIGSTOP) is given up on after --step-timeout: the stream
+// ends UNAVAILABLE instead of hanging; once the engine runs again the
+// scheduler reconnects, the engine has released the abandoned sequence (its
+// step stream ended), and new requests succeed.
+TEST(ServeFaultTest, HungEngineTimesOutThenServiceResumes) {
+  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
+  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
+                                 Stories260KTokenizer(), "--kv-memory", "64M",
+                                 "--threads", "1", "--step-timeout", "1"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto serve = std::move(*s);
+  auto client = serve->Client();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = client->Generate(&ctx, RawPrompt("Once upon a time", 500));
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  ASSERT_EQ(kill(serve->engine_pid(), SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  while (reader->Read(&resp)) {
+  }
+  const grpc::Status status = reader->Finish();
+  const double waited_s = std::chrono::duration<double>(
+      std::chrono::steady_clock::now() - stopped).count();
+  ASSERT_EQ(kill(serve->engine_pid(), SIGCONT), 0);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  EXPECT_LT(waited_s, 20);  // the 1 s timeout, not the 30 s client deadline
+  bool recovered = false;
+  for (int i = 0; i < 600 && !recovered; ++i) {
+    GenerateResult r = Generate(client.get(), RawPrompt("Once upon a time", 10));
+    recovered = r.status.ok() && r.token_ids.size() == 10;
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(recovered) << serve->log();
+  // Nothing is left behind in the engine.
+  auto engine = serve->EngineClient();
+  v1::EngineInfo info;
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ictx;
+    ASSERT_TRUE(engine->GetInfo(&ictx, {}, &info).ok());
+    if (info.active_sequences() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(info.active_sequences(), 0);
+  EXPECT_EQ(info.free_pages(), info.total_pages());
+}
+
 TEST(ServeFaultTest, SigtermDrainsInFlightRequests) {
   if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
   auto serve = StartStories();
