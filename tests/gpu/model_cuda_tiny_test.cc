@@ -7,6 +7,8 @@
 //     over several steps, so both input buffers' graphs are replayed;
 //   - an LM head in several chunks (vocab 100000: the double-buffered
 //     device -> pinned -> host logits copies).
+//   - eager decode batches (above the graph bucket limit, graphs off) and
+//     quantized weights (Q8_0 / Q4_0: dequantize + bf16 GEMM, MatVec).
 // Every test skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
@@ -42,8 +44,9 @@ float WorstRelative(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
-TEST(CudaTinyModelTest, Qwen3HeadDim64BatchedDecodeGraphsEqualCpu) {
-  SKIP_WITHOUT_DEVICE();
+// Qwen3 tiny model (head_dim 64): 12 sequences prefilled alone, then decoded
+// together for 5 steps; every step's logits equal the CPU's.
+void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
   TinyShape shape;
   shape.arch = Architecture::kQwen3;
   shape.vocab = 96;
@@ -59,7 +62,7 @@ TEST(CudaTinyModelTest, Qwen3HeadDim64BatchedDecodeGraphsEqualCpu) {
   constexpr int kSeqs = 12, kSteps = 5;
   CpuRef cpu(w, kPages, kMaxTokens);
   auto gpu = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, kPages, 16),
-                              kMaxTokens, RunnerOptions{});
+                              kMaxTokens, options);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const int64_t vocab = w.config.vocab_size;
   std::vector<std::vector<int32_t>> pages(kSeqs);
@@ -101,6 +104,83 @@ TEST(CudaTinyModelTest, Qwen3HeadDim64BatchedDecodeGraphsEqualCpu) {
           << "step " << step << " sequence " << i;
       next[i] = Argmax(a, vocab);
       ++pos[i];
+    }
+  }
+}
+
+TEST(CudaTinyModelTest, Qwen3HeadDim64BatchedDecodeGraphsEqualCpu) {
+  SKIP_WITHOUT_DEVICE();
+  ExpectQwen3BatchedDecodeEqualsCpu(RunnerOptions{});  // cuBLAS in the graph
+  RunnerOptions o;
+  o.matvec_max_tokens = 16;  // the graph's products as MatVec chunks
+  ExpectQwen3BatchedDecodeEqualsCpu(o);
+}
+
+TEST(CudaTinyModelTest, Qwen3HeadDim64EagerDecodeEqualsCpu) {
+  SKIP_WITHOUT_DEVICE();
+  RunnerOptions o;
+  o.max_graph_batch = 8;  // 12 sequences: eager decode, GEMM products
+  ExpectQwen3BatchedDecodeEqualsCpu(o);
+  o.use_graphs = false;
+  o.max_graph_batch = 256;
+  ExpectQwen3BatchedDecodeEqualsCpu(o);
+}
+
+// Quantized weights (Q8_0, Q4_0) on a 48-token prompt with all logits, in
+// spans of 40 (products of more than 32 rows: dequantized to bf16 for
+// cuBLAS, activations rounded to bf16), 1 and 7 rows (quantized MatVec, f32
+// activations), against the double-precision reference on the dequantized
+// weights (ReferenceLogits). The random tiny model amplifies rounding (the
+// CPU, which quantizes activations to 8 bits, is off by up to ~0.2 here), so
+// the GPU must be within 0.1 relative, no worse than the CPU, and agree on
+// the argmax of nearly every row.
+TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
+  SKIP_WITHOUT_DEVICE();
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    TinyShape shape;
+    shape.vocab = 128;
+    shape.hidden = 64;
+    shape.inter = 128;
+    shape.dtype = type;
+    auto m = MakeTinyModel(shape);
+    const ModelWeights& w = m->weights;
+    constexpr int64_t kPages = 16, kMaxTokens = 64, kRows = 48;
+    CpuRef cpu(w, kPages, kMaxTokens);
+    auto gpu = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, kPages, 4),
+                                kMaxTokens, RunnerOptions{});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    std::vector<int32_t> prompt(kRows);
+    for (int64_t t = 0; t < kRows; ++t) {
+      prompt[t] = static_cast<int32_t>((t * 37) % 125 + 3);
+    }
+    const std::vector<float> ref = testing_model::ReferenceLogits(*m, prompt);
+    const std::vector<int32_t> pages = Pages(0, 4);
+    const int64_t vocab = shape.vocab;
+    for (auto [begin, end] :
+         {std::pair<int64_t, int64_t>{0, 40}, {40, 41}, {41, 48}}) {
+      SequenceSpan s;
+      s.tokens = absl::MakeConstSpan(prompt.data() + begin, end - begin);
+      s.start_pos = begin;
+      s.page_table = pages;
+      s.all_logits = true;
+      std::vector<float> cpu_l((end - begin) * vocab), got(cpu_l.size());
+      ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(cpu_l), nullptr).ok());
+      const absl::Status st =
+          (*gpu)->Run({&s, 1}, absl::MakeSpan(got), nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      float worst_gpu = 0.0f, worst_cpu = 0.0f;
+      int same_top = 0;
+      for (int64_t r = 0; r < end - begin; ++r) {
+        const float* want = ref.data() + (begin + r) * vocab;
+        const float* g = got.data() + r * vocab;
+        worst_gpu = std::max(worst_gpu, WorstRelative(want, g, vocab));
+        worst_cpu = std::max(
+            worst_cpu, WorstRelative(want, cpu_l.data() + r * vocab, vocab));
+        same_top += Argmax(want, vocab) == Argmax(g, vocab);
+      }
+      EXPECT_LT(worst_gpu, 0.1f) << DTypeName(type) << " span at " << begin;
+      EXPECT_LE(worst_gpu, worst_cpu) << DTypeName(type) << " at " << begin;
+      EXPECT_GE(same_top, (end - begin) * 9 / 10) << DTypeName(type);
     }
   }
 }
