@@ -1,5 +1,6 @@
 // CudaRunner's step: validation, packing the inputs, upload, graphs, outputs.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -218,6 +219,16 @@ absl::Status CudaRunner::RunGraph(const StepPlan &plan) {
   if (!s.ok() || end != cudaSuccess || exec == nullptr) {
     cudaGetLastError();  // capture failed: stay eager for this shape
     graph_failed_[key] = true;
+    // Once per shape: a silent fallback would show a capture-breaking
+    // change (a sync or allocation in the step) only as a slowdown.
+    const std::string why =
+        !s.ok() ? std::string(s.message())
+                : absl::StrCat("cudaStreamEndCapture: ", cudaGetErrorName(end));
+    std::fprintf(stderr,
+                 "pdserve cuda: decode graph capture failed (batch %lld, kv "
+                 "bound %lld): %s; that shape runs eagerly\n",
+                 static_cast<long long>(plan.seqs),
+                 static_cast<long long>(plan.kv_bound), why.c_str());
     return absl::OkStatus();
   }
   graphs_[key] = exec;
