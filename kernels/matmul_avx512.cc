@@ -24,6 +24,10 @@
 //     the steps above with rows in xmm lanes.
 // The token-lane kernel lives in matmul_avx512_lanes.cc. Weights are
 // prefetched 16 rows ahead into L2.
+//
+// Float weights (F32, F16, BF16): register tiles of up to 4 rows x 6 tokens
+// (FloatTile) for short batches; from kGemmMinTokens tokens on, the GEMM of
+// matmul_avx512_gemm.cc, which reproduces FloatTile's arithmetic exactly.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -594,7 +598,7 @@ float LogSumExp(const float* x, int64_t n) {
 const IsaKernels& Avx512Kernels() {
   // Rows are split between threads in units of the float GEMM's 32-row
   // panels (a multiple of the quantized kernels' row tile).
-  static const IsaKernels k{"avx512", 32,  &PreparedBytes, &Prepare,
+  static const IsaKernels k{"avx512", 32,        &PreparedBytes, &Prepare,
                             &Rows,    &Dot,      &Axpy,          &SwiGlu,
                             &Softmax, &LogSumExp};
   return k;

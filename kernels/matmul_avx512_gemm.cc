@@ -230,7 +230,9 @@ void GemmTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end,
   const int64_t panels_per_chunk =
       std::max<int64_t>(1, kChunkBytes / (panel_floats * 4));
   const int64_t n_panels = (row_end - row_begin + kPanelRows - 1) / kPanelRows;
-  const int64_t wp_floats = std::min(panels_per_chunk, n_panels) * panel_floats;
+  // Sized by cols only (not by the row range or n_tokens), so the buffer
+  // stops growing once the widest matrix has been seen on this thread.
+  const int64_t wp_floats = panels_per_chunk * panel_floats;
   float* wp = PackBuffer(wp_floats + 16 * M * 16);
   float* xp = wp + wp_floats;
   for (int64_t p0 = 0; p0 < n_panels; p0 += panels_per_chunk) {
@@ -260,7 +262,7 @@ int64_t FloatGemmTokens(int64_t n_tokens) {
 
 void FloatGemmRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t n = FloatGemmTokens(a.n_tokens);
-  if (n == 0 || a.w->cols <= 0) return;
+  if (n == 0) return;  // (cols == 0: M = 0, every output is +0)
   switch (a.w->type) {
     case DType::kF32:
       return GemmTyped<DType::kF32>(a, row_begin, row_end, n);

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/matmul_internal.h"
+#include "tests/common/counting_allocator.h"
 
 namespace pdserve {
 namespace {
@@ -246,6 +247,31 @@ TEST(MatMulTest, FloatGemmMatchesMatVecBitwise) {
               << "t=" << t << " r=" << r;
         }
       }
+    }
+  }
+}
+
+// The GEMM's packing buffers depend only on the column count: once a shape
+// has run on a thread, calls of any length or row range do not allocate (one
+// thread, so that the warm-up surely ran on the thread that is measured).
+TEST(MatMulTest, FloatGemmSteadyStateDoesNotAllocate) {
+  constexpr int64_t kRows = 200, kCols = 576, kTokens = 70;
+  ThreadPool pool(1);
+  const std::vector<float> x = MakeActivations(kTokens, kCols, 3);
+  std::vector<float> y(kTokens * kRows);
+  for (const IsaKernels* k : SupportedKernels()) {
+    for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const TestWeights w = MakeWeights(type, kRows, kCols, 11);
+      // Warm up on a view of the first 40 rows (smaller row ranges).
+      WeightView part = w.view;
+      part.rows = 40;
+      MatMulWith(*k, part, x.data(), kCols, kTokens, y.data(), kRows, pool);
+      const int64_t before = test::AllocationCount();
+      for (int64_t n : {int64_t{24}, int64_t{37}, kTokens, int64_t{1}}) {
+        MatMulWith(*k, w.view, x.data(), kCols, n, y.data(), kRows, pool);
+      }
+      EXPECT_EQ(test::AllocationCount() - before, 0)
+          << k->name << " " << DTypeName(type);
     }
   }
 }
