@@ -227,8 +227,8 @@ void GemmTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end,
   const WeightView& w = *a.w;
   const int64_t M = (w.cols + 15) / 16;
   const int64_t panel_floats = 16 * M * kPanelRows;
-  const int64_t panels_per_chunk =
-      std::max<int64_t>(1, kChunkBytes / (panel_floats * 4));
+  const int64_t panels_per_chunk = std::max<int64_t>(
+      1, kChunkBytes / std::max<int64_t>(1, panel_floats * 4));
   const int64_t n_panels = (row_end - row_begin + kPanelRows - 1) / kPanelRows;
   // Sized by cols only (not by the row range or n_tokens), so the buffer
   // stops growing once the widest matrix has been seen on this thread.

@@ -208,8 +208,14 @@ TEST(MatMulTest, FloatGemmMatchesMatVecBitwise) {
   ThreadPool pool1(1), pool2(2);
   for (const IsaKernels* k : SupportedKernels()) {
     for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-               {1, 1}, {33, 7}, {45, 17}, {64, 100}, {97, 576}, {40, 1551}}) {
+      for (const auto& [rows, cols] :
+           std::vector<std::pair<int64_t, int64_t>>{{5, 0},
+                                                    {1, 1},
+                                                    {33, 7},
+                                                    {45, 17},
+                                                    {64, 100},
+                                                    {97, 576},
+                                                    {40, 1551}}) {
         constexpr int64_t kTokens = 53;
         SCOPED_TRACE(std::string(k->name) + " " + DTypeName(type) + " rows=" +
                      std::to_string(rows) + " cols=" + std::to_string(cols));
