@@ -289,6 +289,20 @@ TEST(CudaModelTest, BatchedStepEqualsAlone) {
   }
 }
 
+// SmolLM2 on the exact paths: the Q4_1 file's weights dequantized to f32
+// (cuBLAS f32 GEMM without TF32, f32 MatVec) and rounded to bf16 (the CPU
+// runs the same bf16 weights): greedy over 64 tokens equals the CPU's, with
+// a 24-token prompt in one span (GEMM prefill) and decode graphs.
+TEST(CudaModelTest, SmolLm2Fp32AndBf16GreedyEqualsCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto q = LoadSmolLm2();
+  if (q == nullptr) GTEST_SKIP() << "SmolLM2 Q4_1 not in the cache";
+  std::unique_ptr<ModelWeights> f32 = ConvertMatrices(*q, DType::kF32);
+  ExpectGreedyEqual(*f32, *f32, RunnerOptions{}, 24, 24);
+  std::unique_ptr<ModelWeights> bf16 = ConvertMatrices(*q, DType::kBF16);
+  ExpectGreedyEqual(*bf16, *bf16, RunnerOptions{}, 24, 24);
+}
+
 TEST(CudaModelTest, SmolLm2Q4_1GreedyTracksCpu) {
   SKIP_WITHOUT_DEVICE();
   auto w = LoadSmolLm2();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,20 +52,29 @@ inline std::unique_ptr<ModelWeights> LoadSmolLm2() {
   return w.ok() ? std::move(*w) : nullptr;
 }
 
-// A copy of `w` with every f32 matrix rounded to bf16 (QuantizeRow, round to
-// nearest even; norm vectors stay f32). Shares `w`'s storage for the rest,
-// so `w` must outlive it.
-inline std::unique_ptr<ModelWeights> ToBf16(const ModelWeights& w) {
+// A copy of `w` with every weight matrix converted to `to` (F32 or BF16):
+// matrices of another type are dequantized (DequantizeRow) and, for BF16,
+// rounded to nearest even (QuantizeRow); matrices already of type `to` and
+// norm vectors are shared with `w`, which must outlive the copy.
+inline std::unique_ptr<ModelWeights> ConvertMatrices(const ModelWeights& w,
+                                                     DType to) {
   auto out = std::make_unique<ModelWeights>(w);
+  const int64_t elem = to == DType::kF32 ? 4 : 2;
   auto convert = [&](WeightView* v) {
-    if (v->empty() || v->type != DType::kF32) return;
-    auto buf = std::make_shared<std::vector<uint16_t>>(v->rows * v->cols);
+    if (v->empty() || v->type == to) return;
+    auto buf = std::make_shared<std::vector<uint8_t>>(v->rows * v->cols * elem);
+    std::vector<float> row(v->cols);
     for (int64_t r = 0; r < v->rows; ++r) {
-      QuantizeRow(DType::kBF16, reinterpret_cast<const float*>(v->row(r)),
-                  buf->data() + r * v->cols, v->cols);
+      DequantizeRow(v->type, v->row(r), row.data(), v->cols);
+      uint8_t* dst = buf->data() + r * v->cols * elem;
+      if (to == DType::kF32) {
+        std::memcpy(dst, row.data(), v->cols * 4);
+      } else {
+        QuantizeRow(to, row.data(), dst, v->cols);
+      }
     }
     out->storage.push_back(buf);
-    *v = WeightView{DType::kBF16, v->rows, v->cols, v->cols * 2, buf->data()};
+    *v = WeightView{to, v->rows, v->cols, v->cols * elem, buf->data()};
   };
   const bool tied = w.lm_head.data == w.token_embedding.data;
   convert(&out->token_embedding);
@@ -80,6 +90,12 @@ inline std::unique_ptr<ModelWeights> ToBf16(const ModelWeights& w) {
     }
   }
   return out;
+}
+
+// A copy of `w` with every f32 matrix rounded to bf16 (round to nearest
+// even; norm vectors stay f32).
+inline std::unique_ptr<ModelWeights> ToBf16(const ModelWeights& w) {
+  return ConvertMatrices(w, DType::kBF16);
 }
 
 // One batched step: (batch, logits) -> status.
