@@ -13,6 +13,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+
+#include "kernels/matmul_avx512_internal.h"
 #endif
 
 namespace pdserve {
@@ -78,6 +80,15 @@ std::vector<const IsaKernels*> SupportedKernels() {
   return out;
 }
 
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+// Pool workers size their GEMM buffer when they start (AVX-512 only).
+void WarmWorkerGemmBuffer() {
+  if (&ActiveKernels() == &Avx512Kernels()) avx512::ReserveGemmBuffer(1);
+}
+[[maybe_unused]] const bool kWorkerWarmRegistered =
+    (RegisterWorkerThreadInit(&WarmWorkerGemmBuffer), true);
+#endif
+
 const IsaKernels& ActiveKernels() {
   static const IsaKernels* const kernels = [] {
     switch (ChooseLevel()) {
@@ -121,6 +132,14 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 ThreadPool& pool) {
   if (n_tokens <= 0 || w.rows <= 0) return;
+#if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
+  // The calling thread's GEMM buffer grows here, on the first call with a
+  // new width, rather than inside a range it happens to run later.
+  if (&k == &Avx512Kernels() && !IsQuantized(w.type) &&
+      avx512::FloatGemmTokens(n_tokens) > 0) {
+    avx512::ReserveGemmBuffer(w.cols);
+  }
+#endif
   MatMulArgs args{&w, x, x_stride, nullptr, n_tokens, y, y_stride};
   if (IsQuantized(w.type) && w.cols > 0) {
     uint8_t* xq = Scratch(k.prepared_bytes(w.type, w.cols, n_tokens));

@@ -204,8 +204,14 @@ __attribute__((noinline)) void PanelTile(const float* wp, const float* xp,
   }
 }
 
-// Per-thread buffer of packed weights (grows once, then reused).
+// Per-thread buffer of packed weights and tokens (grows once, then reused).
+// Its first allocation already holds a full chunk of weight panels plus the
+// packed tokens of matrices up to 4,096 columns, so matrices of different
+// widths (e.g. a layer's w_down after its w_up) do not make it grow again
+// later: which pool thread runs which rows varies from call to call, and a
+// growth after warm-up would be a heap allocation in a steady-state step.
 float* PackBuffer(int64_t floats) {
+  constexpr int64_t kMinFloats = kChunkBytes / 4 + 16 * 4096;
   struct Buffer {
     std::unique_ptr<float[]> raw;
     int64_t capacity = 0;
@@ -213,6 +219,7 @@ float* PackBuffer(int64_t floats) {
   };
   thread_local Buffer buf;
   if (floats > buf.capacity) {
+    floats = std::max(floats, kMinFloats);
     buf.raw.reset(new float[floats + 16]);
     buf.capacity = floats;
     const auto addr = reinterpret_cast<uintptr_t>(buf.raw.get());
@@ -255,6 +262,14 @@ void GemmTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end,
 }
 
 }  // namespace
+
+void ReserveGemmBuffer(int64_t cols) {
+  const int64_t M = (std::max<int64_t>(cols, 1) + 15) / 16;
+  const int64_t panel_floats = 16 * M * kPanelRows;
+  const int64_t panels_per_chunk = std::max<int64_t>(
+      1, kChunkBytes / std::max<int64_t>(1, panel_floats * 4));
+  PackBuffer(panels_per_chunk * panel_floats + 16 * M * 16);
+}
 
 int64_t FloatGemmTokens(int64_t n_tokens) {
   return n_tokens < kGemmMinTokens ? 0 : n_tokens;

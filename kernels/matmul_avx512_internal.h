@@ -102,6 +102,10 @@ int64_t FloatGemmTokens(int64_t n_tokens);
 // Rows [row_begin, row_end) of a float-weight product for tokens
 // [0, FloatGemmTokens(a.n_tokens)) (matmul_avx512_gemm.cc).
 void FloatGemmRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end);
+// Grows the calling thread's GEMM buffer for matrices of `cols` columns (at
+// least a full chunk of panels and the tokens of 4,096 columns), so a later
+// FloatGemmRows on this thread does not allocate.
+void ReserveGemmBuffer(int64_t cols);
 
 template <DType kType>
 constexpr int64_t kBlockBytes = kType == DType::kQ8_0   ? sizeof(BlockQ8_0)

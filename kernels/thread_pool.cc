@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -12,6 +13,34 @@
 #endif
 
 namespace pdserve {
+namespace {
+
+struct WorkerInits {
+  std::atomic<int> count{0};
+  void (*fns[8])() = {};
+};
+
+WorkerInits& Inits() {
+  static WorkerInits inits;
+  return inits;
+}
+
+void RunWorkerThreadInits() {
+  WorkerInits& w = Inits();
+  const int n = w.count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) w.fns[i]();
+}
+
+}  // namespace
+
+void RegisterWorkerThreadInit(void (*fn)()) {
+  WorkerInits& w = Inits();
+  const int i = w.count.load(std::memory_order_relaxed);
+  if (i >= 8) std::abort();
+  w.fns[i] = fn;
+  w.count.store(i + 1, std::memory_order_release);
+}
+
 namespace {
 
 // Pause iterations a thread spins before it blocks. A decode step issues a
@@ -52,6 +81,7 @@ constexpr uint32_t Next(uint64_t w) { return w & 0xffff; }
 // fast path makes no system call.
 struct ThreadPool::State {
   std::vector<std::thread> workers;
+  std::atomic<int> started{0};  // workers past their per-thread set-up
 
   alignas(64) std::atomic<uint64_t> work{0};
   std::atomic<int> worker_sleepers{0};
@@ -145,8 +175,19 @@ ThreadPool::ThreadPool(int n_threads)
     : num_threads_(std::clamp(n_threads, 1, 0xffff)),
       state_(std::make_unique<State>()) {
   state_->workers.reserve(num_threads_ - 1);
+  // Every worker has run the registered per-thread set-up before the
+  // constructor returns (a thread may otherwise start running much later).
   for (int i = 1; i < num_threads_; ++i) {
-    state_->workers.emplace_back([this] { state_->WorkerLoop(); });
+    state_->workers.emplace_back([this] {
+      RunWorkerThreadInits();
+      state_->started.fetch_add(1, std::memory_order_acq_rel);
+      state_->started.notify_all();
+      state_->WorkerLoop();
+    });
+  }
+  for (int n = state_->started.load(); n < num_threads_ - 1;
+       n = state_->started.load()) {
+    state_->started.wait(n);
   }
 }
 

@@ -16,6 +16,13 @@ namespace pdserve {
 // reentrant and must be called from one thread at a time (the engine's step
 // thread); it does not allocate on the heap. Workers spin briefly between
 // jobs, then block.
+// Registers `fn` to run once on every pool worker thread as it starts,
+// before it takes any work: kernels size their per-thread scratch there, so
+// that a worker meeting a kernel for the first time late (which thread runs
+// which range varies from call to call) does not allocate in a steady-state
+// step. Call before creating pools (static initialisation); at most 8 hooks.
+void RegisterWorkerThreadInit(void (*fn)());
+
 class ThreadPool {
  public:
   // n_threads in [1, 65535]; 1 means "run everything on the caller".
