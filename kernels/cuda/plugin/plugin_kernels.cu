@@ -21,8 +21,10 @@ __global__ void GatherRowsKernel(const float *__restrict__ src,
   }
 }
 
-struct AttnParams {
-  const float *kv;
+// One layer of the paged f32 KV cache and the step's sequences, as the
+// kernels below address them (filled by PagedKvOf).
+struct PagedKv {
+  float *kv;
   int64_t layer_offset;  // floats from a page's start to this layer's keys
   int64_t page_stride;
   int64_t value_offset;  // page_size * kv_dim
@@ -34,6 +36,27 @@ struct AttnParams {
   const int32_t *start_pos;
   const int32_t *page_start;
   const int32_t *page_table;
+};
+
+PagedKv PagedKvOf(const cuda::DeviceKvCache &kv, int64_t layer,
+                  const cuda::AttentionBatch &batch) {
+  PagedKv p;
+  p.kv = kv.data;
+  p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
+  p.page_stride = kv.page_stride_floats;
+  p.value_offset = kv.page_size * kv.kv_dim;
+  p.kv_dim = kv.kv_dim;
+  p.page_size = static_cast<int32_t>(kv.page_size);
+  p.num_pages = static_cast<int32_t>(kv.num_pages);
+  p.num_seqs = batch.num_seqs;
+  p.q_start = batch.q_start;
+  p.start_pos = batch.start_pos;
+  p.page_start = batch.page_start;
+  p.page_table = batch.page_table;
+  return p;
+}
+
+struct AttnParams : PagedKv {
   int32_t group;
   int32_t head_dim;
   float scale;
@@ -164,20 +187,8 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-struct PrepParams {
+struct PrepParams : PagedKv {
   QkvPrep prep;
-  float *kv;
-  int64_t page_stride;
-  int64_t layer_offset;
-  int64_t value_offset;
-  int64_t kv_dim;
-  int32_t page_size;
-  int32_t num_pages;
-  int32_t num_seqs;
-  const int32_t *q_start;
-  const int32_t *start_pos;
-  const int32_t *page_start;
-  const int32_t *page_table;
 };
 
 constexpr int kPrepWarps = 4;
@@ -376,18 +387,7 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
     return cudaErrorInvalidValue;
   }
   AttnParams p;
-  p.kv = kv.data;
-  p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
-  p.page_stride = kv.page_stride_floats;
-  p.value_offset = kv.page_size * kv.kv_dim;
-  p.kv_dim = kv.kv_dim;
-  p.page_size = static_cast<int32_t>(kv.page_size);
-  p.num_pages = static_cast<int32_t>(kv.num_pages);
-  p.num_seqs = batch.num_seqs;
-  p.q_start = batch.q_start;
-  p.start_pos = batch.start_pos;
-  p.page_start = batch.page_start;
-  p.page_table = batch.page_table;
+  static_cast<PagedKv &>(p) = PagedKvOf(kv, layer, batch);
   p.group = shape.num_heads / shape.num_kv_heads;
   p.head_dim = shape.head_dim;
   p.scale = shape.scale != 0.0f
@@ -423,19 +423,8 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
     return cudaErrorInvalidValue;
   }
   PrepParams p;
+  static_cast<PagedKv &>(p) = PagedKvOf(kv, layer, batch);
   p.prep = prep;
-  p.kv = kv.data;
-  p.page_stride = kv.page_stride_floats;
-  p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
-  p.value_offset = kv.page_size * kv.kv_dim;
-  p.kv_dim = kv.kv_dim;
-  p.page_size = static_cast<int32_t>(kv.page_size);
-  p.num_pages = static_cast<int32_t>(kv.num_pages);
-  p.num_seqs = batch.num_seqs;
-  p.q_start = batch.q_start;
-  p.start_pos = batch.start_pos;
-  p.page_start = batch.page_start;
-  p.page_table = batch.page_table;
   const int heads = prep.num_heads + prep.num_kv_heads;
   const dim3 grid(
       static_cast<unsigned>(batch.total_rows),
