@@ -145,11 +145,13 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   });
 
   rpc::WaitForTerminationSignal();
-  // Drain: refuse new requests, let open streams finish.
-  stop = true;
-  watcher.join();
+  // Drain: refuse new requests at once (before the health watcher, which may
+  // sit in a 500 ms status call, is joined), let open streams finish.
   service.SetDraining(true);
+  stop = true;
   rpc::SetServing(*srv, kServices, false);
+  watcher.join();
+  rpc::SetServing(*srv, kServices, false);  // the watcher may have raced us
   if (metrics_server) metrics_server->SetReady(false);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(*drain);
