@@ -53,6 +53,7 @@ SchedulerShell::~SchedulerShell() {
 void SchedulerShell::Start() {
   loop_ = std::thread([this] { Loop(); });
   watchdog_ = std::thread([this] { WatchStepReads(); });
+  canceller_ = std::thread([this] { SendCancellations(); });
 }
 
 void SchedulerShell::Stop() {
@@ -69,6 +70,7 @@ void SchedulerShell::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (watchdog_.joinable()) watchdog_.join();
+  if (canceller_.joinable()) canceller_.join();
 }
 
 uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
@@ -101,8 +103,23 @@ void SchedulerShell::Cancel(uint64_t handle) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancels_.push_back(handle);
+    urgent_cancels_.push_back(handle);
   }
   cv_.notify_all();
+}
+
+void SchedulerShell::SendCancellations() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait(lock, [&] { return stop_ || urgent_cancels_.size() > 0; });
+    if (urgent_cancels_.empty()) continue;
+    v1::StepRequest urgent;
+    for (uint64_t id : urgent_cancels_) urgent.add_cancel_ids(id);
+    urgent_cancels_.clear();
+    lock.unlock();
+    (void)WriteStep(urgent);  // no stream: the engine has nothing to free
+    lock.lock();
+  }
 }
 
 bool SchedulerShell::CancelByRequestId(const std::string& request_id) {

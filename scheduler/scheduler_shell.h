@@ -52,8 +52,8 @@ struct ShellOptions {
   // Steps written to the engine ahead of their results (StepStream): 2 means
   // the next step is queued at the engine while one runs, so the engine
   // never waits for a round trip; 1 sends a step only after the last
-  // result. With depth 2 a cancellation frees its pages before the second
-  // step after it arrives (the queued step still carries the sequence).
+  // result. A cancellation overtakes the queue (StepRequest.cancel_ids):
+  // the engine frees the pages before the next step it starts.
   int64_t pipeline_depth = 2;
   int64_t min_prefill_chunk = 1;  // prefill tokens always allowed per step
   // Not owned, may be null: receives one RecordIteration per step and one
@@ -117,10 +117,19 @@ class SchedulerShell {
   void RunStep();
   // Opens the StepStream to the engine (after GetInfo succeeded).
   void OpenStepStream();
+  // Canceller thread body: writes urgent_cancels_ to the step stream as
+  // cancel_ids, so that the engine frees the pages before the step already
+  // queued behind the running one (the loop's next plan then releases the
+  // sequence and ends the request). Kept off the gRPC callback threads, as
+  // a write may wait on flow control.
+  void SendCancellations();
   // Watchdog thread body: cancels a stream read older than step_deadline.
   void WatchStepReads();
   // Cancels the StepStream (if open) and forgets the steps in flight.
   void CloseStepStream();
+  // Writes `req` to the step stream under write_mu_; false when there is
+  // no stream or the write failed. Any thread.
+  bool WriteStep(const v1::StepRequest& req);
   // Plans the next step (committed optimistically: outcomes arrive later)
   // and writes it; false when there was nothing to write.
   bool DispatchNext();
@@ -146,8 +155,10 @@ class SchedulerShell {
 
   ShellOptions options_;
   std::unique_ptr<v1::Engine::Stub> engine_;
-  // The pipelined step channel and the plans written to it, oldest first
-  // (loop thread only).
+  // The pipelined step channel and the plans written to it, oldest first.
+  // The loop thread owns them; Cancel() also writes to stream_ (cancel_ids),
+  // so writes and changes of stream_ hold write_mu_. Reads are the loop's.
+  std::mutex write_mu_;
   std::unique_ptr<grpc::ClientContext> stream_ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>>
       stream_;
@@ -172,6 +183,8 @@ class SchedulerShell {
   std::condition_variable cv_;
   std::deque<std::pair<uint64_t, Request>> inbox_;
   std::vector<uint64_t> cancels_;
+  std::vector<uint64_t> urgent_cancels_;  // for the engine, out of band
+  std::thread canceller_;
   absl::flat_hash_map<std::string, uint64_t> by_request_id_;
   ShellStatus status_;
   uint64_t next_id_ = 1;

@@ -25,9 +25,15 @@ int64_t SteadyNs() {
 void SchedulerShell::OpenStepStream() {
   in_flight_.clear();
   engine_forget_.clear();
+  std::lock_guard<std::mutex> write_lock(write_mu_);
   std::lock_guard<std::mutex> lock(stream_mu_);
   stream_ctx_ = std::make_unique<grpc::ClientContext>();
   stream_ = engine_->StepStream(stream_ctx_.get());
+}
+
+bool SchedulerShell::WriteStep(const v1::StepRequest& req) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return stream_ != nullptr && stream_->Write(req);
 }
 
 void SchedulerShell::WatchStepReads() {
@@ -119,7 +125,7 @@ bool SchedulerShell::DispatchNext() {
     }
     return false;
   }
-  if (!stream_->Write(req)) {
+  if (!WriteStep(req)) {
     LoseEngine("engine lost: the step stream closed");
     return false;
   }
@@ -130,9 +136,11 @@ bool SchedulerShell::DispatchNext() {
 void SchedulerShell::CloseStepStream() {
   in_flight_.clear();
   if (stream_ == nullptr) return;
-  stream_ctx_->TryCancel();
+  stream_ctx_->TryCancel();  // also ends a Cancel() blocked in a write
+  std::lock_guard<std::mutex> write_lock(write_mu_);
   (void)stream_->Finish();
   stream_.reset();
+  std::lock_guard<std::mutex> lock(stream_mu_);
   stream_ctx_.reset();
 }
 
@@ -142,8 +150,12 @@ bool SchedulerShell::ReceiveOne() {
   const bool got = stream_->Read(&resp);
   read_since_ns_.store(0);
   if (!got) {
-    grpc::Status s = stream_->Finish();
-    stream_.reset();
+    grpc::Status s;
+    {
+      std::lock_guard<std::mutex> write_lock(write_mu_);
+      s = stream_->Finish();
+      stream_.reset();
+    }
     // A refused step means the policy and the engine disagree about state;
     // both are reset the same way as after an engine loss.
     LoseEngine(s.ok() ? "engine lost: the step stream ended"

@@ -85,77 +85,175 @@ grpc::Status EngineServiceImpl::Step(grpc::ServerContext*,
   return ExecuteLocked(*req, resp);
 }
 
-grpc::Status EngineServiceImpl::StepStream(
-    grpc::ServerContext*,
-    grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) {
-  // A writer thread sends the results, so that sending step N (about half a
-  // millisecond on loopback) overlaps step N+1, which gRPC has usually
-  // buffered already: steps run back to back.
+namespace {
+
+// One StepStream's inbox. A reader thread fills it as messages arrive, so the
+// engine sees cancellations while a step runs; the handler thread executes
+// the queued requests in order.
+struct StepInbox {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<v1::StepResponse> out;
-  bool done = false, write_failed = false;
-  std::thread writer([&] {
-    std::unique_lock<std::mutex> lock(mu);
+  std::deque<v1::StepRequest> requests;
+  std::vector<uint64_t> cancels;  // StepRequest.cancel_ids, not yet applied
+  bool reads_done = false;
+};
+
+void ReadRequests(
+    grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream,
+    StepInbox* inbox) {
+  v1::StepRequest req;
+  while (stream->Read(&req)) {
+    std::lock_guard<std::mutex> lock(inbox->mu);
+    for (uint64_t id : req.cancel_ids()) inbox->cancels.push_back(id);
+    if (req.items_size() > 0 || req.release_ids_size() > 0 ||
+        req.admit_size() > 0 || req.cancel_ids_size() == 0) {
+      req.clear_cancel_ids();
+      inbox->requests.push_back(std::move(req));
+    }
+    inbox->cv.notify_one();
+  }
+  std::lock_guard<std::mutex> lock(inbox->mu);
+  inbox->reads_done = true;
+  inbox->cv.notify_one();
+}
+
+// Sends a stream's responses from its own thread, so that sending step N
+// (about half a millisecond on loopback) overlaps step N+1.
+class ResponseWriter {
+ public:
+  explicit ResponseWriter(
+      grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream)
+      : stream_(stream), thread_([this] { Run(); }) {}
+  ~ResponseWriter() { Finish(); }
+
+  // False once a write has failed (the client is gone).
+  bool Push(v1::StepResponse resp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) return false;
+    out_.push_back(std::move(resp));
+    cv_.notify_one();
+    return true;
+  }
+  // Sends what is queued, then stops.
+  void Finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv.wait(lock, [&] { return done || !out.empty(); });
-      if (out.empty()) return;
-      v1::StepResponse resp = std::move(out.front());
-      out.pop_front();
+      cv_.wait(lock, [&] { return done_ || !out_.empty(); });
+      if (out_.empty()) return;
+      v1::StepResponse resp = std::move(out_.front());
+      out_.pop_front();
       lock.unlock();
-      const bool ok = stream->Write(resp);
+      const bool ok = stream_->Write(resp);
       lock.lock();
       if (!ok) {
-        write_failed = true;
+        failed_ = true;
         return;
       }
     }
-  });
-  grpc::Status status = grpc::Status::OK;
-  v1::StepRequest req;
-  // Sequences this stream admitted and has not released: when the stream
-  // ends (the scheduler went away or gave up on a hung step) nobody else
-  // will release them, so they are released here.
+  }
+
+  grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::StepResponse> out_;
+  bool done_ = false, failed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+grpc::Status EngineServiceImpl::StepStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) {
+  StepInbox inbox;
+  ResponseWriter writer(stream);
+  std::thread reader([&] { ReadRequests(stream, &inbox); });
+  // Sequences this stream admitted (or cancelled) and has not released: when
+  // the stream ends (the scheduler went away or gave up on a hung step)
+  // nobody else will release them, so they are released here.
   absl::flat_hash_set<uint64_t> owned;
-  while (stream->Read(&req)) {
+  grpc::Status status = grpc::Status::OK;
+  bool reads_done = false;
+  while (status.ok()) {
+    v1::StepRequest req;
+    {
+      std::unique_lock<std::mutex> lock(inbox.mu);
+      inbox.cv.wait(lock, [&] {
+        return inbox.reads_done || !inbox.requests.empty() ||
+               !inbox.cancels.empty();
+      });
+      if (!inbox.cancels.empty())
+        ApplyCancels(&inbox.cancels, inbox.requests, &owned);
+      if (inbox.requests.empty()) {
+        if (!inbox.reads_done) continue;
+        reads_done = true;
+        break;
+      }
+      req = std::move(inbox.requests.front());
+      inbox.requests.pop_front();
+    }
     v1::StepResponse resp;
     {
       std::lock_guard<std::mutex> lock(mu_);
       status = ExecuteLocked(req, &resp);
     }
     for (uint64_t id : req.release_ids()) owned.erase(id);
-    for (const v1::AddSequenceRequest& add : req.admit()) {
+    for (const v1::AddSequenceRequest& add : req.admit())
       owned.insert(add.seq_id());
-    }
-    for (const v1::RejectedSequence& r : resp.rejected()) {
+    for (const v1::RejectedSequence& r : resp.rejected())
       owned.erase(r.seq_id());
-    }
-    if (!status.ok()) break;
-    std::lock_guard<std::mutex> lock(mu);
-    if (write_failed) break;
-    out.push_back(std::move(resp));
-    cv.notify_one();
+    if (status.ok() && !writer.Push(std::move(resp))) break;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;  // the writer sends what is queued, then stops
-  }
-  cv.notify_one();
-  writer.join();
-  if (!owned.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (uint64_t id : owned) (void)core_->Release(id);
+  writer.Finish();
+  // Stopped early (a failed step or write): unblock the reader's Read.
+  if (!reads_done) ctx->TryCancel();
+  reader.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t id : owned) {
+    (void)core_->Release(id);
+    cancelled_.erase(id);
   }
   return status;
+}
+
+void EngineServiceImpl::ApplyCancels(std::vector<uint64_t>* ids,
+                                     const std::deque<v1::StepRequest>& queued,
+                                     absl::flat_hash_set<uint64_t>* owned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t id : *ids) {
+    bool admission_queued = false;
+    for (const v1::StepRequest& req : queued) {
+      for (const v1::AddSequenceRequest& add : req.admit()) {
+        admission_queued |= add.seq_id() == id;
+      }
+    }
+    if (core_->Release(id).ok() || admission_queued) {
+      cancelled_.insert(id);
+      owned->insert(id);
+    }
+  }
+  ids->clear();
 }
 
 void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
                                     v1::StepResponse* resp) {
   for (uint64_t id : req.release_ids()) {
     rejected_.erase(id);
+    cancelled_.erase(id);
     (void)core_->Release(id);  // NOT_FOUND: already gone, harmless
   }
   for (const v1::AddSequenceRequest& add : req.admit()) {
+    if (cancelled_.contains(add.seq_id())) continue;
     absl::Status s = AddLocked(add);
     if (s.ok()) continue;
     rejected_.insert(add.seq_id());
@@ -180,7 +278,10 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
   AdmitLocked(req, resp);
   plan_.clear();
   for (const v1::StepItem& item : req.items()) {
-    if (rejected_.contains(item.seq_id())) continue;
+    if (rejected_.contains(item.seq_id()) ||
+        cancelled_.contains(item.seq_id())) {
+      continue;
+    }
     plan_.push_back({item.seq_id(), item.num_tokens()});
   }
   if (plan_.empty()) {

@@ -3,9 +3,11 @@
 #define PDSERVE_ENGINE_SERVICE_ENGINE_SERVICE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -40,7 +42,9 @@ class EngineServiceImpl final : public v1::Engine::Service {
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                        v1::ReleaseResponse* resp) override;
   // Executes the stream's requests in order (releases, admissions, step),
-  // one response each; ends with the first failing step's status.
+  // one response each; ends with the first failing step's status. Reads
+  // ahead: cancel_ids are applied at the next step boundary, before the
+  // requests already queued.
   grpc::Status StepStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream)
@@ -55,6 +59,11 @@ class EngineServiceImpl final : public v1::Engine::Service {
   grpc::Status ExecuteLocked(const v1::StepRequest& req,
                              v1::StepResponse* resp);
   void AdmitLocked(const v1::StepRequest& req, v1::StepResponse* resp);
+  // Releases each of `ids` the core holds and marks it (and any whose
+  // admission is in `queued`) cancelled; adds them to `owned`; clears `ids`.
+  void ApplyCancels(std::vector<uint64_t>* ids,
+                    const std::deque<v1::StepRequest>& queued,
+                    absl::flat_hash_set<uint64_t>* owned);
   absl::Status AddLocked(const v1::AddSequenceRequest& req);
   // Feeds the step just run (result_, plan_) and the pool to metrics_.
   void RecordStepLocked(int64_t prefill, int64_t decode);
@@ -69,6 +78,9 @@ class EngineServiceImpl final : public v1::Engine::Service {
   // Admissions refused in a StepRequest: their items are skipped until a
   // release names them.
   absl::flat_hash_set<uint64_t> rejected_;
+  // Sequences cancelled out of band (StepRequest.cancel_ids): their items
+  // and admissions are skipped until a release names them.
+  absl::flat_hash_set<uint64_t> cancelled_;
   metrics::EngineMetrics* metrics_ = nullptr;  // guarded by mu_; not owned
 };
 
