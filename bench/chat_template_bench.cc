@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/chat_template.h"
 
@@ -36,14 +37,30 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string source = ReadFile(argv[1]);
-  nlohmann::json doc = nlohmann::json::parse(ReadFile(argv[2]));
-  int iters = std::max(1, std::atoi(argv[3]));
+  nlohmann::json doc = nlohmann::json::parse(ReadFile(argv[2]), nullptr,
+                                             /*allow_exceptions=*/false);
+  int iters = 0;
+  if (!absl::SimpleAtoi(argv[3], &iters) || iters < 1) {
+    std::fprintf(stderr, "ITERS wants a positive integer, got '%s'\n", argv[3]);
+    return 2;
+  }
   std::vector<pdserve::ChatMessage> messages;
   for (const auto& m : doc) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
+        !m["role"].is_string() || !m["content"].is_string()) {
+      break;
+    }
     pdserve::ChatMessage cm;
-    cm.role = m.at("role").get<std::string>();
-    cm.content = m.at("content").get<std::string>();
+    cm.role = m["role"].get<std::string>();
+    cm.content = m["content"].get<std::string>();
     messages.push_back(cm);
+  }
+  if (!doc.is_array() || messages.size() != doc.size() || messages.empty()) {
+    std::fprintf(stderr,
+                 "%s: want a non-empty JSON array of {\"role\": string, "
+                 "\"content\": string}\n",
+                 argv[2]);
+    return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<pdserve::ChatTemplate> t =

@@ -5,5 +5,5 @@
 if(PDSERVE_HAVE_CUDA AND TARGET pdserve_cuda_kernels)
   add_executable(gpu_kernels_bench
     ${CMAKE_CURRENT_LIST_DIR}/gpu_kernels_bench.cc)
-  target_link_libraries(gpu_kernels_bench PRIVATE pdserve_cuda_kernels)
+  target_link_libraries(gpu_kernels_bench PRIVATE pdserve_cuda_kernels pdserve_bench_flags)
 endif()

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace pdserve::cuda {
@@ -313,12 +314,16 @@ void BenchSampling(int64_t rows, int64_t vocab) {
 
 int main(int argc, char** argv) {
   using namespace pdserve::cuda;  // NOLINT
+  bool quick = false;
+  pdserve::bench::BenchFlags("gpu_kernels_bench [--quick]")
+      .Switch("quick", &quick)
+      .Parse(argc, argv);
+  if (quick) g_iters = 5;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("{\"bench\":\"gpu_kernels\",\"skipped\":\"no CUDA device\"}\n");
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) g_iters = 5;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf(

@@ -28,6 +28,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bench/bench_flags.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/forward.h"
 #include "kernels/dtype.h"
@@ -270,13 +271,11 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int steps = 32, threads = 2, repeat = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--threads") == 0)
-      threads = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--repeat") == 0)
-      repeat = std::max(1, std::atoi(argv[i + 1]));
-  }
+  pdserve::bench::BenchFlags("moe_bench [--steps N] [--threads N] [--repeat N]")
+      .Int("steps", &steps, 1)
+      .Int("threads", &threads, 1, 1024)
+      .Int("repeat", &repeat, 1)
+      .Parse(argc, argv);
   int64_t model_bytes = 0;
   auto w = pdserve::MakeModel(&model_bytes);
   pdserve::ThreadPool pool(threads);

@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_flags.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/serve_harness.h"
 
@@ -48,7 +49,8 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 // Streams one request; appends token arrival times (one entry per token).
-grpc::Status StreamTimes(v1::Inference::Stub* stub, const v1::GenerateRequest& req,
+grpc::Status StreamTimes(v1::Inference::Stub* stub,
+                         const v1::GenerateRequest& req,
                          std::vector<Clock::time_point>* times) {
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, req);
@@ -56,7 +58,8 @@ grpc::Status StreamTimes(v1::Inference::Stub* stub, const v1::GenerateRequest& r
   while (reader->Read(&resp)) {
     if (!resp.has_delta()) continue;
     const auto now = Clock::now();
-    for (int i = 0; i < resp.delta().token_ids_size(); ++i) times->push_back(now);
+    for (int i = 0; i < resp.delta().token_ids_size(); ++i)
+      times->push_back(now);
   }
   return reader->Finish();
 }
@@ -71,7 +74,8 @@ v1::GenerateRequest Request(const std::string& prompt, int max_tokens) {
 
 std::string LongPrompt(v1::Inference::Stub* stub, int tokens) {
   // Grow a text until it tokenizes to exactly `tokens` ids (or just under).
-  std::string unit = "The quick brown fox jumps over the lazy dog near the river bank. ";
+  std::string unit =
+      "The quick brown fox jumps over the lazy dog near the river bank. ";
   std::string text;
   for (int i = 0; i < tokens; ++i) text += unit;
   grpc::ClientContext ctx;
@@ -98,10 +102,11 @@ std::vector<double> DecodeItls(const ServeInstance& serve, int decode_tokens,
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
       auto stub = serve.Client();
-      StreamTimes(stub.get(),
-                  Request(absl::StrCat("Story number ", i, ": once upon a time"),
-                          decode_tokens),
-                  &times[i]);
+      StreamTimes(
+          stub.get(),
+          Request(absl::StrCat("Story number ", i, ": once upon a time"),
+                  decode_tokens),
+          &times[i]);
     });
   }
   if (!prefill_prompt.empty()) {
@@ -109,13 +114,15 @@ std::vector<double> DecodeItls(const ServeInstance& serve, int decode_tokens,
     auto stub = serve.Client();
     std::vector<Clock::time_point> t;
     grpc::Status s = StreamTimes(stub.get(), Request(prefill_prompt, 1), &t);
-    if (!s.ok()) std::fprintf(stderr, "prefill request: %s\n", s.error_message().c_str());
+    if (!s.ok())
+      std::fprintf(stderr, "prefill request: %s\n", s.error_message().c_str());
   }
   for (auto& t : threads) t.join();
   std::vector<double> gaps;
   for (const auto& t : times) {
     for (size_t k = 1; k < t.size(); ++k) {
-      gaps.push_back(std::chrono::duration<double, std::milli>(t[k] - t[k - 1]).count());
+      gaps.push_back(
+          std::chrono::duration<double, std::milli>(t[k] - t[k - 1]).count());
     }
   }
   return gaps;
@@ -124,22 +131,27 @@ std::vector<double> DecodeItls(const ServeInstance& serve, int decode_tokens,
 std::unique_ptr<ServeInstance> Start(const Options& o, int chunk,
                                      const std::string& step_log,
                                      double slowdown = 0) {
-  std::vector<std::string> args = {"--model", o.model, "--chunk", absl::StrCat(chunk),
-                                   "--budget", absl::StrCat(o.budget),
-                                   "--kv-memory", "1G", "--max-step-tokens", "4096",
-                                   "--itl-slowdown", absl::StrCat(slowdown)};
-  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  std::vector<std::string> args = {"--model",           o.model,
+                                   "--chunk",           absl::StrCat(chunk),
+                                   "--budget",          absl::StrCat(o.budget),
+                                   "--kv-memory",       "1G",
+                                   "--max-step-tokens", "4096",
+                                   "--itl-slowdown",    absl::StrCat(slowdown)};
+  if (!o.tokenizer.empty())
+    args.insert(args.end(), {"--tokenizer", o.tokenizer});
   if (o.threads != "0") args.insert(args.end(), {"--threads", o.threads});
   if (!step_log.empty()) args.insert(args.end(), {"--step-log", step_log});
   auto s = ServeInstance::Start(args, 300);
   if (!s.ok()) {
-    std::fprintf(stderr, "serve: %s\n", std::string(s.status().message()).c_str());
+    std::fprintf(stderr, "serve: %s\n",
+                 std::string(s.status().message()).c_str());
     return nullptr;
   }
   return std::move(*s);
 }
 
-nlohmann::json PrefillInterference(const Options& o, int chunk, double slowdown) {
+nlohmann::json PrefillInterference(const Options& o, int chunk,
+                                   double slowdown) {
   auto serve = Start(o, chunk, "", slowdown);
   if (!serve) return {{"error", "serve failed"}};
   auto stub = serve->Client();
@@ -147,7 +159,8 @@ nlohmann::json PrefillInterference(const Options& o, int chunk, double slowdown)
   DecodeItls(*serve, 16, "");  // warm-up
   std::vector<double> base = DecodeItls(*serve, o.decode_tokens, "");
   std::vector<double> with = DecodeItls(*serve, o.decode_tokens, prompt);
-  const double p99_base = Percentile(base, 0.99), p99_with = Percentile(with, 0.99);
+  const double p99_base = Percentile(base, 0.99),
+               p99_with = Percentile(with, 0.99);
   return {{"chunk", chunk},
           {"itl_slowdown", slowdown},
           {"itl_p50_ms_no_prefill", Percentile(base, 0.5)},
@@ -198,30 +211,43 @@ nlohmann::json StreamedVsEngine(const Options& o) {
       std::chrono::duration<double>(t.back() - t.front()).count();
   const double streamed = (t.size() - 1) / stream_s;
   const double engine = decode_steps / (engine_ms / 1000.0);
-  return {{"tokens", t.size()},
-          {"ttft_ms", std::chrono::duration<double, std::milli>(t.front() - start).count()},
-          {"streamed_tok_per_s", streamed},
-          {"engine_tok_per_s", engine},
-          {"ratio", streamed / engine}};
+  return {
+      {"tokens", t.size()},
+      {"ttft_ms",
+       std::chrono::duration<double, std::milli>(t.front() - start).count()},
+      {"streamed_tok_per_s", streamed},
+      {"engine_tok_per_s", engine},
+      {"ratio", streamed / engine}};
 }
 
 int Main(int argc, char** argv) {
   Options o;
   o.model = SmolLm2();
-  bool only_streaming = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") o.model = v;
-    else if (k == "--tokenizer") o.tokenizer = v;
-    else if (k == "--threads") o.threads = v;
-    else if (k == "--chunk") o.chunk = std::stoi(v);
-    else if (k == "--budget") o.budget = std::stoi(v);
-    else if (k == "--decode-tokens") o.decode_tokens = std::stoi(v);
-    else if (k == "--itl-slowdown") o.slowdown = std::stod(v);
-    else if (k == "--only") only_streaming = v == "streaming";
+  std::string only;
+  int threads = 0;
+  bench::BenchFlags(
+      "serve_bench [--model PATH] [--tokenizer PATH] [--threads N] "
+      "[--chunk N] [--budget N] [--decode-tokens N] [--itl-slowdown X] "
+      "[--only streaming]")
+      .String("model", &o.model)
+      .String("tokenizer", &o.tokenizer)
+      .Int("threads", &threads, 0)
+      .Int("chunk", &o.chunk, 1)
+      .Int("budget", &o.budget, 1)
+      .Int("decode-tokens", &o.decode_tokens, 8)
+      .Double("itl-slowdown", &o.slowdown, 0)
+      .String("only", &only)
+      .Parse(argc, argv);
+  if (!only.empty() && only != "streaming") {
+    std::fprintf(stderr, "serve_bench: --only takes 'streaming', got '%s'\n",
+                 only.c_str());
+    return 2;
   }
+  const bool only_streaming = !only.empty();
+  o.threads = absl::StrCat(threads);
   if (o.model.empty()) {
-    std::fprintf(stderr, "serve_bench: no model (cache SmolLM2 or pass --model)\n");
+    std::fprintf(stderr,
+                 "serve_bench: no model (cache SmolLM2 or pass --model)\n");
     return 1;
   }
   nlohmann::json out;

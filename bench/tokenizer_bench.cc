@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "nlohmann/json.hpp"
 #include "server/tokenizer/tokenizer.h"
 
@@ -33,16 +34,14 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string tokenizer_path, corpus_path, ids_out;
   int iters = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tokenizer"))
-      tokenizer_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--corpus"))
-      corpus_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--iters"))
-      iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--ids-out"))
-      ids_out = argv[i + 1];
-  }
+  pdserve::bench::BenchFlags(
+      "tokenizer_bench --tokenizer PATH --corpus FILE [--iters N] "
+      "[--ids-out FILE]")
+      .String("tokenizer", &tokenizer_path)
+      .String("corpus", &corpus_path)
+      .Int("iters", &iters, 1)
+      .String("ids-out", &ids_out)
+      .Parse(argc, argv);
   if (tokenizer_path.empty() || corpus_path.empty()) {
     std::fprintf(stderr,
                  "usage: tokenizer_bench --tokenizer PATH --corpus FILE "
