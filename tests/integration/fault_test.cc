@@ -49,7 +49,8 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   auto serve = StartStories();
   ASSERT_NE(serve, nullptr);
   auto client = serve->Client();
-  auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve->target()));
+  auto health =
+      grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve->target()));
   ASSERT_EQ(Health(health.get()), HealthStatus::SERVING);
 
   grpc::ClientContext ctx;
@@ -61,7 +62,8 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   std::atomic<bool> watching{true}, saw_not_serving{false};
   std::thread watcher([&] {
     while (watching) {
-      if (Health(health.get()) == HealthStatus::NOT_SERVING) saw_not_serving = true;
+      if (Health(health.get()) == HealthStatus::NOT_SERVING)
+        saw_not_serving = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
@@ -74,9 +76,11 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
 
   // The supervisor restarts the engine; a new request then succeeds.
   bool recovered = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!recovered && std::chrono::steady_clock::now() < deadline) {
-    GenerateResult r = Generate(client.get(), RawPrompt("Once upon a time", 10));
+    GenerateResult r =
+        Generate(client.get(), RawPrompt("Once upon a time", 10));
     recovered = r.status.ok() && r.token_ids.size() == 10;
     if (!recovered) {
       EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE)
@@ -86,8 +90,10 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   }
   watching = false;
   watcher.join();
-  const double recovery_s = std::chrono::duration<double>(
-      std::chrono::steady_clock::now() - (deadline - std::chrono::seconds(60))).count();
+  const double recovery_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    (deadline - std::chrono::seconds(60)))
+          .count();
   EXPECT_TRUE(recovered) << serve->log();
   std::printf("recovered %.2f s after the kill\n", recovery_s);
   EXPECT_TRUE(saw_not_serving);
@@ -123,28 +129,24 @@ TEST(ServeFaultTest, HungEngineTimesOutThenServiceResumes) {
   while (reader->Read(&resp)) {
   }
   const grpc::Status status = reader->Finish();
-  const double waited_s = std::chrono::duration<double>(
-      std::chrono::steady_clock::now() - stopped).count();
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped)
+          .count();
   ASSERT_EQ(kill(serve->engine_pid(), SIGCONT), 0);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
   EXPECT_LT(waited_s, 20);  // the 1 s timeout, not the 30 s client deadline
   bool recovered = false;
   for (int i = 0; i < 600 && !recovered; ++i) {
-    GenerateResult r = Generate(client.get(), RawPrompt("Once upon a time", 10));
+    GenerateResult r =
+        Generate(client.get(), RawPrompt("Once upon a time", 10));
     recovered = r.status.ok() && r.token_ids.size() == 10;
     if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(recovered) << serve->log();
   // Nothing is left behind in the engine.
   auto engine = serve->EngineClient();
-  v1::EngineInfo info;
-  for (int i = 0; i < 100; ++i) {
-    grpc::ClientContext ictx;
-    ASSERT_TRUE(engine->GetInfo(&ictx, {}, &info).ok());
-    if (info.active_sequences() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const v1::EngineInfo info = WaitEngineIdle(engine.get());
   EXPECT_EQ(info.active_sequences(), 0);
   EXPECT_EQ(info.free_pages(), info.total_pages());
 }
@@ -159,7 +161,8 @@ TEST(ServeFaultTest, SigtermDrainsInFlightRequests) {
   auto serve = StartStories();
   ASSERT_NE(serve, nullptr);
   auto client = serve->Client();
-  auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve->target()));
+  auto health =
+      grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve->target()));
   grpc::ClientContext ctx;
   auto reader = client->Generate(&ctx, RawPrompt("Once upon a time", 300));
   v1::GenerateResponse resp;
@@ -168,11 +171,13 @@ TEST(ServeFaultTest, SigtermDrainsInFlightRequests) {
   bool left_serving = false;
   for (int i = 0; i < 200 && !left_serving; ++i) {
     left_serving = Health(health.get()) != HealthStatus::SERVING;
-    if (!left_serving) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (!left_serving)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ASSERT_TRUE(left_serving) << "health still SERVING 5 s after SIGTERM";
   // New requests are refused while draining or after.
-  GenerateResult late = Generate(client.get(), RawPrompt("Once upon a time", 5));
+  GenerateResult late =
+      Generate(client.get(), RawPrompt("Once upon a time", 5));
   EXPECT_FALSE(late.status.ok());
   if (!late.status.ok()) {
     EXPECT_EQ(late.status.error_code(), grpc::StatusCode::UNAVAILABLE)
@@ -196,9 +201,11 @@ TEST(ServeFaultTest, SigtermDrainsInFlightRequests) {
 // processes equals `pdserve generate --chat` greedy output.
 TEST(ServeModelTest, SmolLm2ChatEqualsGenerate) {
   const std::string model = SmolLm2();
-  if (model.empty()) GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not cached";
-  auto out = RunCommand(PdserveBinary() + " generate --model " + model +
-                        " --chat --ids -n 32 --prompt 'What is the capital of France?'");
+  if (model.empty())
+    GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not cached";
+  auto out = RunCommand(
+      PdserveBinary() + " generate --model " + model +
+      " --chat --ids -n 32 --prompt 'What is the capital of France?'");
   ASSERT_TRUE(out.ok()) << out.status();
   const std::vector<int32_t> expected = ParseIds(*out);
   ASSERT_FALSE(expected.empty());

@@ -52,7 +52,8 @@ std::string PdserveBinary() {
 }
 
 std::string Stories260K() {
-  std::string p = std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  std::string p =
+      std::string(PDSERVE_SHARED_DIR) + "/models/stories260K/stories260K.bin";
   return std::filesystem::exists(p) ? p : "";
 }
 
@@ -63,8 +64,9 @@ std::string Stories260KTokenizer() {
 std::string SmolLm2() {
   const char* cache = std::getenv("PDSERVE_CACHE");
   const char* home = std::getenv("HOME");
-  std::string dir = cache != nullptr ? cache
-                                     : std::string(home ? home : "") + "/.cache/pdserve";
+  std::string dir = cache != nullptr
+                        ? cache
+                        : std::string(home ? home : "") + "/.cache/pdserve";
   std::string p = dir + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   return std::filesystem::exists(p) ? p : "";
 }
@@ -98,8 +100,8 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       inst->pid_ = -1;
-      return absl::InternalError(absl::StrCat(
-          "pdserve serve exited early:\n", ReadAll(inst->err_path_)));
+      return absl::InternalError(absl::StrCat("pdserve serve exited early:\n",
+                                              ReadAll(inst->err_path_)));
     }
     const std::string out = ReadAll(inst->out_path_);
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
@@ -116,8 +118,9 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "pdserve serve not ready after ", timeout_s, " s:\n", ReadAll(inst->err_path_)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("pdserve serve not ready after ", timeout_s, " s:\n",
+                   ReadAll(inst->err_path_)));
 }
 
 ServeInstance::~ServeInstance() {
@@ -167,10 +170,12 @@ std::unique_ptr<v1::Scheduler::Stub> ServeInstance::SchedulerClient() const {
   return v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_target_));
 }
 
-GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& req) {
+GenerateResult Generate(v1::Inference::Stub* stub,
+                        const v1::GenerateRequest& req) {
   GenerateResult r;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(300));
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
@@ -187,6 +192,19 @@ GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& re
   return r;
 }
 
+v1::EngineInfo WaitEngineIdle(v1::Engine::Stub* engine, int polls,
+                              int poll_ms) {
+  v1::EngineInfo info;
+  for (int i = 0; i < polls; ++i) {
+    grpc::ClientContext ctx;
+    if (engine->GetInfo(&ctx, {}, &info).ok() && info.active_sequences() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  return info;
+}
+
 absl::StatusOr<std::string> RunCommand(const std::string& command) {
   FILE* p = popen((command + " 2>/dev/null").c_str(), "r");
   if (p == nullptr) return absl::InternalError("popen failed: " + command);
@@ -196,15 +214,16 @@ absl::StatusOr<std::string> RunCommand(const std::string& command) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   if (status != 0) {
-    return absl::InternalError(absl::StrCat("'", command, "' exited with ", status));
+    return absl::InternalError(
+        absl::StrCat("'", command, "' exited with ", status));
   }
   return out;
 }
 
 std::vector<int32_t> ParseIds(const std::string& text) {
   std::vector<int32_t> ids;
-  for (absl::string_view t : absl::StrSplit(text, absl::ByAnyChar(" \n,"),
-                                            absl::SkipEmpty())) {
+  for (absl::string_view t :
+       absl::StrSplit(text, absl::ByAnyChar(" \n,"), absl::SkipEmpty())) {
     ids.push_back(std::atoi(std::string(t).c_str()));
   }
   return ids;

@@ -64,7 +64,14 @@ struct GenerateResult {
   v1::Final final;
   int deltas = 0;
 };
-GenerateResult Generate(v1::Inference::Stub* stub, const v1::GenerateRequest& req);
+GenerateResult Generate(v1::Inference::Stub* stub,
+                        const v1::GenerateRequest& req);
+
+// Polls the engine's GetInfo every `poll_ms` until it holds no sequence, at
+// most `polls` times; returns the last figures (a failed call counts as
+// not idle and leaves them default).
+v1::EngineInfo WaitEngineIdle(v1::Engine::Stub* engine, int polls = 100,
+                              int poll_ms = 20);
 
 // Runs a shell command; returns its stdout (stderr discarded) or an error
 // with the exit status.

@@ -43,7 +43,8 @@ class ServeTest : public ::testing::Test {
     serve_ = nullptr;
   }
   void SetUp() override {
-    if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
+    if (Stories260K().empty())
+      GTEST_SKIP() << "no ../shared/models/stories260K";
     ASSERT_NE(serve_, nullptr);
     client_ = serve_->Client();
   }
@@ -52,8 +53,8 @@ class ServeTest : public ::testing::Test {
                                    bool chat = false) {
     auto out = RunCommand(absl::StrCat(
         PdserveBinary(), " generate --model ", Stories260K(), " --tokenizer ",
-        Stories260KTokenizer(), " --threads 1 --ids -n ", n, chat ? " --chat" : "",
-        " --prompt '", prompt, "'"));
+        Stories260KTokenizer(), " --threads 1 --ids -n ", n,
+        chat ? " --chat" : "", " --prompt '", prompt, "'"));
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? ParseIds(*out) : std::vector<int32_t>{};
   }
@@ -70,12 +71,14 @@ TEST_F(ServeTest, RawPromptStreamEqualsGenerateGreedy) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.token_ids, expected);
   EXPECT_GT(r.deltas, 5);  // streamed, not one blob
-  EXPECT_EQ(r.final.usage().completion_tokens(), static_cast<int>(expected.size()));
+  EXPECT_EQ(r.final.usage().completion_tokens(),
+            static_cast<int>(expected.size()));
   EXPECT_THAT(r.text, HasSubstr("Lily"));
 }
 
 TEST_F(ServeTest, ChatStreamEqualsGenerateChatGreedy) {
-  const std::vector<int32_t> expected = GenerateIds("Tell me a story", 40, true);
+  const std::vector<int32_t> expected =
+      GenerateIds("Tell me a story", 40, true);
   ASSERT_FALSE(expected.empty());
   v1::GenerateRequest req;
   auto* m = req.add_messages();
@@ -89,7 +92,8 @@ TEST_F(ServeTest, ChatStreamEqualsGenerateChatGreedy) {
 }
 
 TEST_F(ServeTest, StopStringEndsTheReplyBeforeIt) {
-  GenerateResult full = Generate(client_.get(), RawPrompt("Once upon a time", 60));
+  GenerateResult full =
+      Generate(client_.get(), RawPrompt("Once upon a time", 60));
   ASSERT_TRUE(full.status.ok());
   const size_t at = full.text.find("Lily");
   ASSERT_NE(at, std::string::npos);
@@ -122,7 +126,8 @@ TEST_F(ServeTest, ReportsModelAndTokenizes) {
 }
 
 TEST_F(ServeTest, HealthServing) {
-  auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve_->target()));
+  auto health =
+      grpc::health::v1::Health::NewStub(rpc::MakeChannel(serve_->target()));
   for (const char* service : {"", "pdserve.v1.Inference"}) {
     grpc::ClientContext ctx;
     grpc::health::v1::HealthCheckRequest req;
@@ -166,7 +171,8 @@ TEST_F(ServeTest, BadInputIsRejectedWithTheNumbers) {
   });
   add("negative max_tokens", kInvalid, "max_tokens -5 must be in [1, 512]",
       [](auto& r) { r.set_max_tokens(-5); });
-  add("absurd max_tokens", kInvalid, "max_tokens 1000000000 must be in [1, 512]",
+  add("absurd max_tokens", kInvalid,
+      "max_tokens 1000000000 must be in [1, 512]",
       [](auto& r) { r.set_max_tokens(1000000000); });
   add("negative temperature", kInvalid, "temperature -0.5",
       [](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); });
@@ -177,7 +183,8 @@ TEST_F(ServeTest, BadInputIsRejectedWithTheNumbers) {
       [&](auto& r) { r.set_prompt(long_prompt); });
   for (const Case& c : cases) {
     GenerateResult r = Generate(client_.get(), c.req);
-    EXPECT_EQ(r.status.error_code(), c.code) << c.what << ": " << r.status.error_message();
+    EXPECT_EQ(r.status.error_code(), c.code)
+        << c.what << ": " << r.status.error_message();
     EXPECT_THAT(r.status.error_message(), HasSubstr(c.message)) << c.what;
   }
   // Invalid UTF-8 (the C++ client sends it, logging a protobuf error): the
@@ -246,12 +253,7 @@ TEST_F(ServeTest, CancellationFreesCapacityWithinOneStep) {
   ctx.TryCancel();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(kill(serve_->engine_pid(), SIGCONT), 0);
-  v1::EngineInfo after;
-  for (int i = 0; i < 1000; ++i) {
-    after = info();
-    if (after.active_sequences() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  const v1::EngineInfo after = WaitEngineIdle(engine.get(), 1000, 2);
   EXPECT_EQ(after.active_sequences(), 0);
   EXPECT_EQ(after.free_pages(), idle.free_pages());
   // After the cancel: the step running at SIGSTOP and (if the thawed engine
@@ -268,8 +270,8 @@ TEST_F(ServeTest, CancellationFreesCapacityWithinOneStep) {
 // 64 concurrent streams each get exactly the tokens they get alone.
 TEST_F(ServeTest, SixtyFourConcurrentStreamsMatchSoloRuns) {
   const char* starts[] = {"Once upon a time", "The little dog", "Tom had a",
-                          "One day", "The sun was", "Lily and Ben",
-                          "There was a big", "In the park"};
+                          "One day",          "The sun was",    "Lily and Ben",
+                          "There was a big",  "In the park"};
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 64; ++i) {
     reqs.push_back(RawPrompt(absl::StrCat(starts[i % 8], i % 3 ? " and" : "",
@@ -292,23 +294,28 @@ TEST_F(ServeTest, SixtyFourConcurrentStreamsMatchSoloRuns) {
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < 64; ++i) {
-    ASSERT_TRUE(together[i].status.ok()) << i << ": " << together[i].status.error_message();
+    ASSERT_TRUE(together[i].status.ok())
+        << i << ": " << together[i].status.error_message();
     EXPECT_EQ(together[i].token_ids, solo[i]) << "stream " << i;
   }
 }
 
 TEST_F(ServeTest, PythonClientStreamsAReply) {
-  if (system("/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null") != 0) {
+  if (system("/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null") !=
+      0) {
     GTEST_SKIP() << "python3-grpcio / python3-grpc-tools not installed";
   }
-  GenerateResult expected = Generate(client_.get(), RawPrompt("Once upon a time", 30));
+  GenerateResult expected =
+      Generate(client_.get(), RawPrompt("Once upon a time", 30));
   ASSERT_TRUE(expected.status.ok());
-  auto out = RunCommand(absl::StrCat(
-      "/usr/bin/python3 ", PDSERVE_SOURCE_DIR, "/tests/integration/python_client.py ",
-      PDSERVE_SOURCE_DIR, "/proto ", serve_->target(), " 30 'Once upon a time'"));
+  auto out = RunCommand(
+      absl::StrCat("/usr/bin/python3 ", PDSERVE_SOURCE_DIR,
+                   "/tests/integration/python_client.py ", PDSERVE_SOURCE_DIR,
+                   "/proto ", serve_->target(), " 30 'Once upon a time'"));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(*out, HasSubstr("deltas="));
-  EXPECT_THAT(*out, HasSubstr("finish=FINISH_REASON_LENGTH completion_tokens=30"));
+  EXPECT_THAT(*out,
+              HasSubstr("finish=FINISH_REASON_LENGTH completion_tokens=30"));
   EXPECT_THAT(*out, HasSubstr("health=SERVING"));
   EXPECT_THAT(*out, HasSubstr("text=" + expected.text + "\n"));
 }
