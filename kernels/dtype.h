@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -31,6 +33,23 @@ enum class DType : int32_t {
 };
 
 inline constexpr int kQuantBlockSize = 32;  // values per Q8_0/Q4_0/Q4_1 block
+
+// A DType as a type, for dispatching to code templated on the element type.
+template <DType kType>
+using DTypeTag = std::integral_constant<DType, kType>;
+
+// Calls `f(DTypeTag<type>{})` with `type` made a compile-time constant, for
+// the types in `kTypes` (default: every DType); other types do nothing.
+//   VisitDType(w.type, [&](auto t) { Kernel<decltype(t)::value>(...); });
+template <DType... kTypes, typename F>
+void VisitDType(DType type, F&& f) {
+  if constexpr (sizeof...(kTypes) == 0) {
+    VisitDType<DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+               DType::kQ4_0, DType::kQ4_1>(type, std::forward<F>(f));
+  } else {
+    ((type == kTypes ? (f(DTypeTag<kTypes>{}), true) : false) || ...);
+  }
+}
 
 struct BlockQ8_0 {
   uint16_t d;  // f16 scale

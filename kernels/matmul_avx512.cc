@@ -455,20 +455,9 @@ void RowsTyped(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
 }
 
 void Rows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
-  switch (a.w->type) {
-    case DType::kF32:
-      return RowsTyped<DType::kF32>(a, row_begin, row_end);
-    case DType::kF16:
-      return RowsTyped<DType::kF16>(a, row_begin, row_end);
-    case DType::kBF16:
-      return RowsTyped<DType::kBF16>(a, row_begin, row_end);
-    case DType::kQ8_0:
-      return RowsTyped<DType::kQ8_0>(a, row_begin, row_end);
-    case DType::kQ4_0:
-      return RowsTyped<DType::kQ4_0>(a, row_begin, row_end);
-    case DType::kQ4_1:
-      return RowsTyped<DType::kQ4_1>(a, row_begin, row_end);
-  }
+  VisitDType(a.w->type, [&](auto t) {
+    RowsTyped<decltype(t)::value>(a, row_begin, row_end);
+  });
 }
 
 float Dot(const float* a, const float* b, int64_t n) {

@@ -116,9 +116,10 @@ void PackPanel(const WeightView& w, int64_t r0, int64_t nr, int64_t M,
 // t >= nt (one aligned 64-byte line per (j, m); lanes past the tile unused).
 void PackTokens(const MatMulArgs& a, int64_t cols, int64_t M, int64_t t0,
                 int64_t nt, float* xp) {
-  constexpr int T = kGemmTokTile;
-  const float* xt[T];
-  for (int t = 0; t < T; ++t)
+  // 16 row pointers (the transpose's width; rows past nt repeat the last
+  // token and are never loaded).
+  const float* xt[16];
+  for (int t = 0; t < 16; ++t)
     xt[t] = a.x + (t0 + std::min<int64_t>(t, nt - 1)) * a.x_stride;
   for (int64_t m = 0; m < M; ++m) {
     const __mmask16 mask = Mask(cols - 16 * m);
@@ -278,16 +279,9 @@ int64_t FloatGemmTokens(int64_t n_tokens) {
 void FloatGemmRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t n = FloatGemmTokens(a.n_tokens);
   if (n == 0) return;  // (cols == 0: M = 0, every output is +0)
-  switch (a.w->type) {
-    case DType::kF32:
-      return GemmTyped<DType::kF32>(a, row_begin, row_end, n);
-    case DType::kF16:
-      return GemmTyped<DType::kF16>(a, row_begin, row_end, n);
-    case DType::kBF16:
-      return GemmTyped<DType::kBF16>(a, row_begin, row_end, n);
-    default:
-      return;
-  }
+  VisitDType<DType::kF32, DType::kF16, DType::kBF16>(a.w->type, [&](auto t) {
+    GemmTyped<decltype(t)::value>(a, row_begin, row_end, n);
+  });
 }
 
 }  // namespace pdserve::kernels_internal::avx512

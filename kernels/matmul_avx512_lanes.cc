@@ -342,16 +342,9 @@ void LaneRowsTyped(const MatMulArgs& a, const Layout& l, int64_t row_begin,
 
 void LaneRows(DType type, const MatMulArgs& a, const Layout& l,
               int64_t row_begin, int64_t row_end) {
-  switch (type) {
-    case DType::kQ8_0:
-      return LaneRowsTyped<DType::kQ8_0>(a, l, row_begin, row_end);
-    case DType::kQ4_0:
-      return LaneRowsTyped<DType::kQ4_0>(a, l, row_begin, row_end);
-    case DType::kQ4_1:
-      return LaneRowsTyped<DType::kQ4_1>(a, l, row_begin, row_end);
-    default:
-      return;
-  }
+  VisitDType<DType::kQ8_0, DType::kQ4_0, DType::kQ4_1>(type, [&](auto t) {
+    LaneRowsTyped<decltype(t)::value>(a, l, row_begin, row_end);
+  });
 }
 
 }  // namespace pdserve::kernels_internal::avx512
