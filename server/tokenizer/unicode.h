@@ -1,6 +1,9 @@
 // UTF-8 and Unicode helpers for the tokenizers: validation, decoding,
 // code point classes (\p{L}, \p{M}, \p{N}, \s) and NFC normalisation. Pure
-// functions over immutable tables; thread-safe.
+// functions over immutable tables; thread-safe. Classes follow Unicode 16.0;
+// NFC follows the reference `tokenizers` normaliser, whose older tables give
+// marks and composites added since Unicode 9 no class or decomposition (the
+// vocabularies were built with it).
 #ifndef PDSERVE_SERVER_TOKENIZER_UNICODE_H_
 #define PDSERVE_SERVER_TOKENIZER_UNICODE_H_
 
