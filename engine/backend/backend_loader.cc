@@ -218,6 +218,11 @@ absl::StatusOr<std::unique_ptr<ForwardBackend>> CreateForwardBackend(
     const ModelWeights& weights, KvPool& pool, ThreadPool& threads,
     const DeviceSpec& device, const BackendOptions& options) {
   if (device.is_cpu()) {
+    if (!pool.has_storage()) {
+      return absl::FailedPreconditionError(
+          "the CPU backend needs a KV pool with host storage (KvPoolMemory::"
+          "kHost and at least one page)");
+    }
     absl::StatusOr<std::unique_ptr<CpuBackend>> cpu = CpuBackend::Create(
         weights, pool.storage(), threads, options.max_batch_tokens);
     if (!cpu.ok()) return cpu.status();

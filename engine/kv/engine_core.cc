@@ -51,8 +51,8 @@ struct EngineSequence {
   int64_t max_new_tokens = 0;
   int64_t generated = 0;
   FinishReason finish = FinishReason::kNone;
-  int64_t plan_stamp = -1;       // last step that listed it (duplicates)
-  int64_t logits_step = -1;      // step whose logits row it owns
+  int64_t plan_stamp = -1;   // last step that listed it (duplicates)
+  int64_t logits_step = -1;  // step whose logits row it owns
   int64_t logits_row = -1;
   // No penalties: a device backend may sample it (DeviceSamplingParams).
   bool device_samplable = false;
@@ -81,7 +81,8 @@ class EngineCore::Impl {
     span_seq_.reserve(static_cast<size_t>(max_rows_));
     if (!options_.now_ns) options_.now_ns = SteadyNowNs;
     scratch_.resize(static_cast<size_t>(threads_->num_threads()));
-    for (SamplerScratch& sc : scratch_) sc.Reserve(static_cast<int32_t>(vocab_));
+    for (SamplerScratch& sc : scratch_)
+      sc.Reserve(static_cast<int32_t>(vocab_));
     to_sample_.reserve(static_cast<size_t>(max_rows_));
     sampled_.resize(static_cast<size_t>(max_rows_));
     device_params_.resize(static_cast<size_t>(max_rows_));
@@ -93,8 +94,7 @@ class EngineCore::Impl {
     bo.max_batch_tokens = options_.max_step_tokens;
     bo.plugin_path = options_.backend_plugin_path;
     absl::StatusOr<std::unique_ptr<ForwardBackend>> backend =
-        CreateForwardBackend(*weights_, *pool_, *threads_, options_.device,
-                             bo);
+        CreateForwardBackend(*weights_, *pool_, *threads_, options_.device, bo);
     if (!backend.ok()) return backend.status();
     backend_ = std::move(*backend);
     description_ = backend_->Describe();
@@ -197,9 +197,9 @@ absl::Status EngineCore::Impl::AddSequence(
     return s;
   }
   if (max_new_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sequence ", id, ": max_new_tokens must be positive, got ",
-        max_new_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", id, ": max_new_tokens must be positive, got ",
+                     max_new_tokens));
   }
   if (static_cast<int64_t>(seqs_.size()) >= 2 * options_.max_sequences) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -260,11 +260,11 @@ absl::Status EngineCore::Impl::ValidatePlan(
     }
     if (seq.finish != FinishReason::kNone) continue;  // reported, not run
     if (e.num_tokens > seq.available()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "step plan gives sequence ", e.id, " ", e.num_tokens,
-          " tokens at position ", seq.state.next_pos(), " but only ",
-          seq.available(), " are pending (prompt ", seq.prompt_len,
-          ", generated ", seq.generated, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step plan gives sequence ", e.id, " ", e.num_tokens,
+                       " tokens at position ", seq.state.next_pos(),
+                       " but only ", seq.available(), " are pending (prompt ",
+                       seq.prompt_len, ", generated ", seq.generated, ")"));
     }
     total_tokens += e.num_tokens;
     pages_needed +=
@@ -356,8 +356,8 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     out.next_pos = seq.state.next_pos();
     result->tokens_processed += n;
     if (seq.available() == 0) {
-      to_sample_.push_back({static_cast<int32_t>(span_index),
-                            static_cast<int32_t>(i)});
+      to_sample_.push_back(
+          {static_cast<int32_t>(span_index), static_cast<int32_t>(i)});
     }
     ++span_index;
   }
@@ -509,8 +509,8 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
   }
   if (options.max_step_tokens < 1 || options.max_sequences < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_step_tokens (", options.max_step_tokens,
-        ") and max_sequences (", options.max_sequences, ") must be >= 1"));
+        "max_step_tokens (", options.max_step_tokens, ") and max_sequences (",
+        options.max_sequences, ") must be >= 1"));
   }
   if (options.kv_memory.bytes == 0 && options.kv_memory.fraction == 0.0) {
     options.kv_memory.fraction = 0.5;
@@ -538,7 +538,11 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
       options.page_size, options.max_sequences, options.available_bytes);
   if (!geometry.ok()) return geometry.status();
-  absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(*geometry);
+  // A device backend keeps keys, values and states in device memory; the
+  // host pool then only accounts for them.
+  absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(
+      *geometry, options.device.is_cpu() ? KvPoolMemory::kHost
+                                         : KvPoolMemory::kAccountingOnly);
   if (!pool.ok()) return pool.status();
   auto impl = std::make_unique<Impl>(std::move(weights), threads,
                                      std::move(options), std::move(*pool));
@@ -569,9 +573,7 @@ absl::Status EngineCore::Release(SequenceId id) { return impl_->Release(id); }
 const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
 EngineStats EngineCore::Stats() const { return impl_->Stats(); }
 int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }
-const ModelConfig& EngineCore::model_config() const {
-  return impl_->config();
-}
+const ModelConfig& EngineCore::model_config() const { return impl_->config(); }
 const DeviceSpec& EngineCore::device() const { return impl_->device(); }
 std::string EngineCore::Describe() const { return impl_->description(); }
 absl::Span<const float> EngineCore::LastLogits(SequenceId id) const {

@@ -35,8 +35,8 @@ absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo) {
     if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
     line = absl::StripAsciiWhitespace(line);
     if (!absl::ConsumeSuffix(&line, "kB")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MemAvailable line has no kB unit: '", line, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MemAvailable line has no kB unit: '", line, "'"));
     }
     int64_t kb = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kb) || kb < 0) {
@@ -75,8 +75,8 @@ absl::Status CheckShape(const KvModelShape& s, int64_t page_size,
         absl::StrCat("KV page size must be positive, got ", page_size));
   }
   if (max_sequences <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_sequences must be positive, got ", max_sequences));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sequences must be positive, got ", max_sequences));
   }
   return absl::OkStatus();
 }
@@ -150,10 +150,10 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
     g.num_pages = kv_bytes / g.bytes_per_page;
     g.total_tokens = g.num_pages * page_size;
   } else if (kv_bytes < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV memory budget of ", g.budget_bytes,
-        " bytes cannot hold the linear-attention state of ", max_sequences,
-        " sequences (", state_bytes, " bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV memory budget of ", g.budget_bytes,
+                     " bytes cannot hold the linear-attention state of ",
+                     max_sequences, " sequences (", state_bytes, " bytes)"));
   }
   return g;
 }
@@ -197,7 +197,10 @@ absl::Status PageAllocator::Free(int32_t page) {
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(
-    const KvGeometry& geometry) {
+    const KvGeometry& geometry, KvPoolMemory memory) {
+  if (memory == KvPoolMemory::kAccountingOnly) {
+    return std::unique_ptr<KvPool>(new KvPool(geometry, nullptr, nullptr));
+  }
   std::unique_ptr<KvStorage> storage;
   if (geometry.num_pages > 0) {
     absl::StatusOr<std::unique_ptr<KvStorage>> s =
@@ -238,6 +241,8 @@ KvPool::KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
     linear_state_bytes_ =
         RoundUpToOsPage(geometry.linear_state_bytes_per_sequence) *
         geometry.max_sequences;
+  }
+  if (has_linear_state()) {
     for (int64_t s = geometry.max_sequences - 1; s >= 0; --s) {
       free_slots_.push_back(static_cast<int32_t>(s));
     }
@@ -261,17 +266,19 @@ absl::Status KvPool::Add(SequenceId id, int64_t max_tokens) {
   }
   if (static_cast<int64_t>(seqs_.size()) >= geometry_.max_sequences) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("KV pool holds its maximum of ",
-                     geometry_.max_sequences, " sequences"));
+        absl::StrCat("KV pool holds its maximum of ", geometry_.max_sequences,
+                     " sequences"));
   }
   Sequence seq;
-  seq.pages.reserve(static_cast<size_t>(
-      (max_tokens + geometry_.page_size - 1) / geometry_.page_size));
-  if (linear_state_ != nullptr) {
+  seq.pages.reserve(static_cast<size_t>((max_tokens + geometry_.page_size - 1) /
+                                        geometry_.page_size));
+  if (has_linear_state()) {
     seq.slot = free_slots_.back();
     free_slots_.pop_back();
-    float* state = LinearStateOfSlot(seq.slot);
-    std::memset(state, 0, geometry_.linear_state_bytes_per_sequence);
+    if (linear_state_ != nullptr) {
+      std::memset(LinearStateOfSlot(seq.slot), 0,
+                  geometry_.linear_state_bytes_per_sequence);
+    }
   }
   seqs_.emplace(id, std::move(seq));
   return absl::OkStatus();
@@ -300,10 +307,10 @@ absl::Status KvPool::Reserve(SequenceId id, int64_t num_tokens) {
   }
   const int64_t need = PagesNeeded(id, num_tokens);
   if (need > pages_.num_free()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "sequence ", id, " needs ", need, " more KV pages for ", num_tokens,
-        " tokens; ", pages_.num_free(), " of ", pages_.num_pages(),
-        " pages are free"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sequence ", id, " needs ", need, " more KV pages for ",
+                     num_tokens, " tokens; ", pages_.num_free(), " of ",
+                     pages_.num_pages(), " pages are free"));
   }
   std::vector<int32_t>& table = it->second.pages;
   for (int64_t i = 0; i < need; ++i) table.push_back(*pages_.Allocate());
@@ -320,10 +327,10 @@ absl::Status KvPool::MarkWritten(SequenceId id, int64_t num_tokens) {
   const int64_t covered =
       static_cast<int64_t>(seq.pages.size()) * geometry_.page_size;
   if (num_tokens < seq.written || num_tokens > covered) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sequence ", id, ": cannot mark ", num_tokens,
-        " tokens written (already ", seq.written, ", pages cover ", covered,
-        ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, ": cannot mark ", num_tokens,
+                     " tokens written (already ", seq.written, ", pages cover ",
+                     covered, ")"));
   }
   used_tokens_ += num_tokens - seq.written;
   seq.written = num_tokens;
@@ -339,13 +346,15 @@ absl::Status KvPool::Remove(SequenceId id) {
   Sequence& seq = it->second;
   absl::Status status;
   for (int32_t page : seq.pages) {
-    storage_->ReleasePage(page);
+    if (storage_ != nullptr) storage_->ReleasePage(page);
     status.Update(pages_.Free(page));
   }
   if (seq.slot >= 0) {
-    madvise(LinearStateOfSlot(seq.slot),
-            RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence),
-            MADV_DONTNEED);
+    if (linear_state_ != nullptr) {
+      madvise(LinearStateOfSlot(seq.slot),
+              RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence),
+              MADV_DONTNEED);
+    }
     free_slots_.push_back(seq.slot);
   }
   used_tokens_ -= seq.written;
@@ -366,7 +375,9 @@ int32_t KvPool::StateSlot(SequenceId id) const {
 
 float* KvPool::LinearState(SequenceId id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.slot < 0) return nullptr;
+  if (it == seqs_.end() || it->second.slot < 0 || linear_state_ == nullptr) {
+    return nullptr;
+  }
   return LinearStateOfSlot(it->second.slot);
 }
 
@@ -379,11 +390,10 @@ KvPoolStats KvPool::Stats() const {
   s.used_tokens = used_tokens_;
   s.free_tokens = s.free_pages * geometry_.page_size;
   s.sequences = static_cast<int64_t>(seqs_.size());
-  s.linear_slots_used = linear_state_ == nullptr ? 0 : s.sequences;
-  s.used_bytes =
-      s.used_pages * geometry_.bytes_per_page +
-      s.linear_slots_used *
-          RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence);
+  s.linear_slots_used = has_linear_state() ? s.sequences : 0;
+  s.used_bytes = s.used_pages * geometry_.bytes_per_page +
+                 s.linear_slots_used *
+                     RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence);
   return s;
 }
 

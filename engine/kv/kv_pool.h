@@ -30,11 +30,11 @@ using SequenceId = uint64_t;
 // model. Counts are elements (f32); zero linear-attention sizes mean a dense
 // model (Llama, Qwen3) with no per-sequence recurrent state.
 struct KvModelShape {
-  int64_t num_attention_layers = 0;  // layers with a KV cache
-  int64_t kv_dim = 0;                // num_kv_heads * head_dim
-  int64_t max_context = 0;           // the model's trained context length
-  int64_t num_linear_layers = 0;     // linear-attention (e.g. Gated DeltaNet)
-  int64_t conv_state_floats = 0;     // per linear layer, per sequence
+  int64_t num_attention_layers = 0;    // layers with a KV cache
+  int64_t kv_dim = 0;                  // num_kv_heads * head_dim
+  int64_t max_context = 0;             // the model's trained context length
+  int64_t num_linear_layers = 0;       // linear-attention (e.g. Gated DeltaNet)
+  int64_t conv_state_floats = 0;       // per linear layer, per sequence
   int64_t recurrent_state_floats = 0;  // per linear layer, per sequence
 
   static KvModelShape FromConfig(const ModelConfig& config);
@@ -50,18 +50,18 @@ struct KvMemoryBudget {
 // Pool geometry, a plain value reported to callers (engine info, metrics).
 // All byte counts are for f32 keys and values.
 struct KvGeometry {
-  int64_t num_layers = 0;                 // attention layers
+  int64_t num_layers = 0;  // attention layers
   int64_t kv_dim = 0;
   int64_t page_size = 0;                  // tokens per page
   int64_t bytes_per_token_per_layer = 0;  // key + value
   int64_t bytes_per_token = 0;            // all layers
   int64_t bytes_per_page = 0;             // page stride (OS-page aligned)
   int64_t num_pages = 0;
-  int64_t total_tokens = 0;               // num_pages * page_size
-  int64_t max_sequences = 0;              // sequences admitted at once
+  int64_t total_tokens = 0;                     // num_pages * page_size
+  int64_t max_sequences = 0;                    // sequences admitted at once
   int64_t linear_state_bytes_per_sequence = 0;  // 0 for dense models
-  int64_t budget_bytes = 0;               // the resolved budget
-  int64_t max_context = 0;                // model context length
+  int64_t budget_bytes = 0;                     // the resolved budget
+  int64_t max_context = 0;                      // model context length
 };
 
 // Parses the "MemAvailable:  N kB" line of /proc/meminfo text into bytes.
@@ -117,22 +117,33 @@ struct KvPoolStats {
   int64_t used_bytes = 0;         // used pages * bytes_per_page + state slots
 };
 
-// The KV capacity pool. Owns the storage (an anonymous mapping), the page
-// allocator, one page table and one linear-state slot per live sequence.
+// Where a pool's keys, values and linear states live.
+enum class KvPoolMemory {
+  kHost,            // in the pool's own mappings (the CPU backend)
+  kAccountingOnly,  // elsewhere (a device backend owns them): the pool maps
+                    // nothing and only accounts pages and state slots
+};
+
+// The KV capacity pool. Owns the storage (an anonymous mapping, kHost only),
+// the page allocator, one page table and one linear-state slot per live
+// sequence.
 // Pages are taken by Reserve() as a sequence grows and all returned by
 // Remove(). Thread-compatible: one caller at a time (the engine's step
 // thread).
 class KvPool {
  public:
   // Maps the storage for `geometry` (which must come from
-  // ComputeKvGeometry). RESOURCE_EXHAUSTED when the mapping fails.
+  // ComputeKvGeometry) unless `memory` is kAccountingOnly.
+  // RESOURCE_EXHAUSTED when the mapping fails.
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(
-      const KvGeometry& geometry);
+      const KvGeometry& geometry, KvPoolMemory memory = KvPoolMemory::kHost);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
   const KvGeometry& geometry() const { return geometry_; }
+  // The host storage; only for kHost pools with pages (has_storage()).
+  bool has_storage() const { return storage_ != nullptr; }
   KvStorage& storage() { return *storage_; }
   const KvStorage& storage() const { return *storage_; }
 
@@ -159,7 +170,8 @@ class KvPool {
   // `num_tokens` positions.
   int64_t PagesNeeded(SequenceId id, int64_t num_tokens) const;
   // Conv + recurrent state of `id` (linear_state_bytes_per_sequence / 4
-  // floats, zeroed at Add), or nullptr for dense models / unknown ids.
+  // floats, zeroed at Add), or nullptr for dense models / unknown ids /
+  // kAccountingOnly pools.
   float* LinearState(SequenceId id);
   // The linear-state slot of `id`, in [0, max_sequences) (the index device
   // backends keep their copy of the state under, SequenceSpan::state_slot),
@@ -179,6 +191,9 @@ class KvPool {
   };
   KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
          float* linear_state);
+  bool has_linear_state() const {
+    return geometry_.linear_state_bytes_per_sequence > 0;
+  }
 
   float* LinearStateOfSlot(int32_t slot);
 

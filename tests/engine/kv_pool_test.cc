@@ -66,8 +66,8 @@ TEST(GeometryTest, ShapeFromModelConfig) {
 }
 
 TEST(GeometryTest, FromByteBudget) {
-  absl::StatusOr<KvGeometry> g = ComputeKvGeometry(
-      SmallShape(), {.bytes = 1 << 20}, 16, 8, nullptr);
+  absl::StatusOr<KvGeometry> g =
+      ComputeKvGeometry(SmallShape(), {.bytes = 1 << 20}, 16, 8, nullptr);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->bytes_per_token_per_layer, 2 * 128 * 4);
   EXPECT_EQ(g->bytes_per_token, 2 * 2 * 128 * 4);
@@ -111,16 +111,15 @@ TEST(GeometryTest, LinearStateIsPaidFromBudget) {
 }
 
 TEST(GeometryTest, Errors) {
-  EXPECT_EQ(ComputeKvGeometry(SmallShape(), {}, 16, 8, nullptr)
-                .status()
-                .message(),
-            "KV memory budget needs exactly one of bytes or fraction; got "
-            "bytes=0 fraction=0");
-  EXPECT_EQ(ComputeKvGeometry(SmallShape(), {.fraction = 1.5}, 16, 8,
-                              Fixed(1 << 30))
-                .status()
-                .message(),
-            "KV memory fraction must be in (0, 1], got 1.5");
+  EXPECT_EQ(
+      ComputeKvGeometry(SmallShape(), {}, 16, 8, nullptr).status().message(),
+      "KV memory budget needs exactly one of bytes or fraction; got "
+      "bytes=0 fraction=0");
+  EXPECT_EQ(
+      ComputeKvGeometry(SmallShape(), {.fraction = 1.5}, 16, 8, Fixed(1 << 30))
+          .status()
+          .message(),
+      "KV memory fraction must be in (0, 1], got 1.5");
   EXPECT_EQ(ComputeKvGeometry(SmallShape(), {.bytes = 1000}, 16, 8, nullptr)
                 .status()
                 .message(),
@@ -132,8 +131,7 @@ TEST(GeometryTest, Errors) {
                 .message(),
             "KV page size must be positive, got 0");
   absl::StatusOr<KvGeometry> failing = ComputeKvGeometry(
-      SmallShape(), {.fraction = 0.5}, 16, 8,
-      []() -> absl::StatusOr<int64_t> {
+      SmallShape(), {.fraction = 0.5}, 16, 8, []() -> absl::StatusOr<int64_t> {
         return absl::UnavailableError("no meminfo");
       });
   EXPECT_EQ(failing.status().code(), absl::StatusCode::kUnavailable);
@@ -146,8 +144,7 @@ TEST(PageAllocatorTest, AllocFreeAndDoubleFree) {
   EXPECT_EQ(*a.Allocate(), 2);
   absl::StatusOr<int32_t> none = a.Allocate();
   EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(none.status().message(),
-            "no free KV page: all 3 pages are in use");
+  EXPECT_EQ(none.status().message(), "no free KV page: all 3 pages are in use");
   EXPECT_TRUE(a.Free(1).ok());
   EXPECT_EQ(a.Free(1).message(), "KV page 1 is not in use (double free)");
   EXPECT_EQ(a.Free(7).message(), "KV page 7 is out of range [0, 3)");
@@ -156,8 +153,8 @@ TEST(PageAllocatorTest, AllocFreeAndDoubleFree) {
 
 std::unique_ptr<KvPool> MakePool(int64_t pages, int64_t max_seqs,
                                  KvModelShape shape = SmallShape()) {
-  absl::StatusOr<KvGeometry> g = ComputeKvGeometry(
-      shape, {.bytes = pages * 32768}, 16, max_seqs, nullptr);
+  absl::StatusOr<KvGeometry> g =
+      ComputeKvGeometry(shape, {.bytes = pages * 32768}, 16, max_seqs, nullptr);
   EXPECT_TRUE(g.ok()) << g.status();
   absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(*g);
   EXPECT_TRUE(pool.ok()) << pool.status();
@@ -293,6 +290,50 @@ TEST(KvPoolTest, ResidentMemoryFollowsTokensWritten) {
   ASSERT_TRUE(pool->Add(2, 16).ok());
   ASSERT_TRUE(pool->Reserve(2, 16).ok());
   EXPECT_EQ(pool->storage().keys(pool->PageTable(2)[0], 0)[5], 0.0f);
+}
+
+// A device backend's pool (kAccountingOnly) maps nothing but accounts
+// exactly as a host pool does: same pages, page tables, slots and figures.
+TEST(KvPoolTest, AccountingOnlyPoolMapsNothingAndAccountsTheSame) {
+  KvModelShape shape = SmallShape();
+  shape.num_linear_layers = 2;
+  shape.conv_state_floats = 100;
+  shape.recurrent_state_floats = 924;
+  absl::StatusOr<KvGeometry> g =
+      ComputeKvGeometry(shape, {.bytes = 1 << 20}, 16, 3, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto host = KvPool::Create(*g, KvPoolMemory::kHost);
+  auto device = KvPool::Create(*g, KvPoolMemory::kAccountingOnly);
+  ASSERT_TRUE(host.ok() && device.ok());
+  EXPECT_TRUE((*host)->has_storage());
+  EXPECT_FALSE((*device)->has_storage());
+  for (KvPool* p : {host->get(), device->get()}) {
+    ASSERT_TRUE(p->Add(1, 64).ok());
+    ASSERT_TRUE(p->Add(2, 64).ok());
+    ASSERT_TRUE(p->Reserve(1, 40).ok());
+    ASSERT_TRUE(p->Reserve(2, 17).ok());
+    ASSERT_TRUE(p->MarkWritten(1, 40).ok());
+    ASSERT_TRUE(p->Remove(1).ok());
+    ASSERT_TRUE(p->Add(3, 64).ok());
+    ASSERT_TRUE(p->Reserve(3, 33).ok());
+  }
+  KvPool& h = **host;
+  KvPool& d = **device;
+  for (SequenceId id : {2, 3}) {
+    EXPECT_EQ(
+        std::vector<int32_t>(d.PageTable(id).begin(), d.PageTable(id).end()),
+        std::vector<int32_t>(h.PageTable(id).begin(), h.PageTable(id).end()));
+    EXPECT_EQ(d.StateSlot(id), h.StateSlot(id));
+    EXPECT_GE(d.StateSlot(id), 0);
+    EXPECT_EQ(d.LinearState(id), nullptr);
+    EXPECT_NE(h.LinearState(id), nullptr);
+  }
+  const KvPoolStats hs = h.Stats(), ds = d.Stats();
+  EXPECT_EQ(ds.free_pages, hs.free_pages);
+  EXPECT_EQ(ds.used_tokens, hs.used_tokens);
+  EXPECT_EQ(ds.used_bytes, hs.used_bytes);
+  EXPECT_EQ(ds.linear_slots_used, 2);
+  EXPECT_EQ(d.ResidentBytes(), 0);
 }
 
 TEST(KvPoolTest, LinearStateSlotsPerSequence) {
