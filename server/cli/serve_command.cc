@@ -3,17 +3,23 @@
 // is restarted (the scheduler fails in-flight requests with UNAVAILABLE and
 // reconnects; health is NOT_SERVING meanwhile). SIGTERM/SIGINT drains: the
 // front end stops taking requests and lets open streams finish, then the
-// scheduler and the engine stop. A --device other than cpu is checked before
-// anything starts (a missing plugin or GPU would only make the engine exit
-// and be restarted forever).
+// scheduler and the engine stop. --model (that it exists) and a --device
+// other than cpu are checked before anything starts. Until the service is
+// first ready, a child that fails to start is not retried forever: a usage
+// error (exit 2), or a third failure of the same child, stops everything and
+// serve exits 1 (the child's own message is above, on stderr). Once ready,
+// children are restarted however often they die.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,23 +38,37 @@ namespace {
 const std::vector<FlagSpec>& Flags() {
   static const auto* flags = new std::vector<FlagSpec>{
       {"model", true, "model file or folder"},
-      {"tokenizer", true, "tokenizer file when the model carries none (llama2.c)"},
+      {"tokenizer", true,
+       "tokenizer file when the model carries none (llama2.c)"},
       {"host", true, "public interface (default 127.0.0.1)"},
       {"port", true, "public gRPC port (default 50051)"},
-      {"engine-port", true, "engine gRPC port on loopback (default: a free one)"},
-      {"scheduler-port", true, "scheduler gRPC port on loopback (default: a free one)"},
-      {"metrics-port", true, "first of three /metrics ports: frontend, scheduler, engine (default: free ports)"},
-      {"vllm-metrics", false, "all three: also export the vllm:* compatibility gauges"},
-      {"peak-memory-bandwidth", true, "engine: device peak memory bandwidth in bytes/s (0 = measure at start)"},
+      {"engine-port", true,
+       "engine gRPC port on loopback (default: a free one)"},
+      {"scheduler-port", true,
+       "scheduler gRPC port on loopback (default: a free one)"},
+      {"metrics-port", true,
+       "first of three /metrics ports: frontend, scheduler, engine (default: "
+       "free ports)"},
+      {"vllm-metrics", false,
+       "all three: also export the vllm:* compatibility gauges"},
+      {"peak-memory-bandwidth", true,
+       "engine: device peak memory bandwidth in bytes/s (0 = measure at "
+       "start)"},
       {"threads", true, "engine compute threads"},
       {"device", true, "engine device: cpu (default), cuda or cuda:N"},
       {"kv-memory", true, "engine KV budget (fraction or bytes)"},
       {"page-size", true, "tokens per KV page"},
       {"max-sequences", true, "engine: sequences live at once"},
       {"max-step-tokens", true, "engine: most tokens in one step"},
-      {"itl-slowdown", true, "scheduler: adapt the step budget so a step with prefill costs at most X times a decode-only step (default 1.5; 0 = fixed budget)"},
-      {"step-timeout", true, "scheduler: seconds to wait for a step's result before treating the engine as hung (default 120)"},
-      {"pipeline-depth", true, "scheduler: steps queued at the engine ahead of their results (default 2; 1 = none)"},
+      {"itl-slowdown", true,
+       "scheduler: adapt the step budget so a step with prefill costs at most "
+       "X times a decode-only step (default 1.5; 0 = fixed budget)"},
+      {"step-timeout", true,
+       "scheduler: seconds to wait for a step's result before treating the "
+       "engine as hung (default 120)"},
+      {"pipeline-depth", true,
+       "scheduler: steps queued at the engine ahead of their results (default "
+       "2; 1 = none)"},
       {"budget", true, "scheduler: tokens per step"},
       {"chunk", true, "scheduler: prefill chunk (0 = off)"},
       {"max-running", true, "scheduler: sequences running at once"},
@@ -56,7 +76,8 @@ const std::vector<FlagSpec>& Flags() {
       {"step-log", true, "scheduler: per-step CSV for simulate --calibration"},
       {"drain-seconds", true, "front end drain time on SIGTERM (default 30)"},
       {"name", true, "model name to report"},
-      {"config", true, "JSON config file (sections serve/engine/scheduler/frontend)"},
+      {"config", true,
+       "JSON config file (sections serve/engine/scheduler/frontend)"},
   };
   return *flags;
 }
@@ -128,6 +149,29 @@ int CheckDevice(const std::string& text) {
   return 1;
 }
 
+// Before the service is first ready, a failed start is given up on after
+// this many exits of one child.
+constexpr int kStartAttempts = 3;
+
+// 0 when `path` exists and is readable, else 1 with a message on stderr.
+int CheckModelPath(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "pdserve serve: --model %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+// Whether a child's exit before the service was ever ready ends serve: a
+// usage error (exit status 2) at once, any other failure at the
+// kStartAttempts-th exit.
+bool StartFailed(const Child& c, int status) {
+  const bool usage = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+  return usage || c.restarts >= kStartAttempts;
+}
+
 pid_t Spawn(const Child& child) {
   pid_t pid = fork();
   if (pid != 0) return pid;
@@ -190,7 +234,8 @@ int RunServe(int argc, char** argv) {
   rpc::BlockTerminationSignals();
   auto args = CliArgs::Parse(argc, argv, Flags());
   if (args.ok() && !args->help()) {
-    if (absl::Status s = args->ApplyConfigFile("serve", Flags()); !s.ok()) args = s;
+    if (absl::Status s = args->ApplyConfigFile("serve", Flags()); !s.ok())
+      args = s;
   }
   if (!args.ok()) {
     std::fprintf(stderr, "pdserve serve: %s\n",
@@ -198,11 +243,13 @@ int RunServe(int argc, char** argv) {
     return 2;
   }
   if (args->help() || !args->Has("model")) {
-    std::fprintf(args->help() ? stdout : stderr,
-                 "usage: pdserve serve --model PATH [--port 50051] [options]\n%s",
-                 CliArgs::Usage(Flags()).c_str());
+    std::fprintf(
+        args->help() ? stdout : stderr,
+        "usage: pdserve serve --model PATH [--port 50051] [options]\n%s",
+        CliArgs::Usage(Flags()).c_str());
     return args->help() ? 0 : 2;
   }
+  if (int rc = CheckModelPath(args->String("model", "")); rc != 0) return rc;
   if (int rc = CheckDevice(args->String("device", "cpu")); rc != 0) return rc;
   const std::string host = args->String("host", "127.0.0.1");
   const std::string port = args->String("port", "50051");
@@ -219,23 +266,24 @@ int RunServe(int argc, char** argv) {
   }
   const std::string config = args->String("config", "");
 
-  Child engine{"engine", {"engine", "--model", args->String("model", ""),
-                          "--host", "127.0.0.1", "--port", engine_port,
-                          "--metrics-port", metrics[2]}};
+  Child engine{
+      "engine",
+      {"engine", "--model", args->String("model", ""), "--host", "127.0.0.1",
+       "--port", engine_port, "--metrics-port", metrics[2]}};
   Forward(*args, engine.args,
           {"threads", "device", "kv-memory", "page-size", "max-sequences",
            "max-step-tokens", "name", "peak-memory-bandwidth", "config"});
-  Child sched{"scheduler", {"scheduler", "--engine",
-                            absl::StrCat("127.0.0.1:", engine_port), "--host",
-                            "127.0.0.1", "--port", scheduler_port,
-                            "--metrics-port", metrics[1]}};
-  Forward(*args, sched.args, {"budget", "chunk", "max-running", "max-queue",
-                              "step-log", "itl-slowdown", "pipeline-depth", "step-timeout", "name",
-                              "config"});
-  Child front{"frontend", {"frontend", "--model", args->String("model", ""),
-                           "--scheduler",
-                           absl::StrCat("127.0.0.1:", scheduler_port), "--host",
-                           host, "--port", port, "--metrics-port", metrics[0]}};
+  Child sched{"scheduler",
+              {"scheduler", "--engine", absl::StrCat("127.0.0.1:", engine_port),
+               "--host", "127.0.0.1", "--port", scheduler_port,
+               "--metrics-port", metrics[1]}};
+  Forward(*args, sched.args,
+          {"budget", "chunk", "max-running", "max-queue", "step-log",
+           "itl-slowdown", "pipeline-depth", "step-timeout", "name", "config"});
+  Child front{"frontend",
+              {"frontend", "--model", args->String("model", ""), "--scheduler",
+               absl::StrCat("127.0.0.1:", scheduler_port), "--host", host,
+               "--port", port, "--metrics-port", metrics[0]}};
   Forward(*args, front.args, {"tokenizer", "drain-seconds", "name", "config"});
   std::vector<Child*> children = {&engine, &sched, &front};
   if (args->Bool("vllm-metrics")) {
@@ -259,32 +307,51 @@ int RunServe(int argc, char** argv) {
       for (Child* c : children) {
         if (c->pid != pid) continue;
         ++c->restarts;
-        std::fprintf(stderr, "pdserve serve: %s (pid %d) exited (%s %d); restart #%d\n",
-                     c->name.c_str(), pid,
-                     WIFSIGNALED(status) ? "signal" : "status",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                     c->restarts);
-        std::this_thread::sleep_for(std::chrono::milliseconds(
-            std::min(2000, 100 * c->restarts)));
+        const bool give_up = !announced && StartFailed(*c, status);
+        std::fprintf(
+            stderr, "pdserve serve: %s (pid %d) exited (%s %d)%s\n",
+            c->name.c_str(), pid, WIFSIGNALED(status) ? "signal" : "status",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+            give_up ? "" : absl::StrCat("; restart #", c->restarts).c_str());
+        if (give_up) {
+          std::fprintf(
+              stderr,
+              "pdserve serve: the %s failed to start (%d exit%s before "
+              "the service was ready); stopping (its messages are "
+              "above)\n",
+              c->name.c_str(), c->restarts, c->restarts == 1 ? "" : "s");
+          c->pid = -1;
+          StopChild(front, 5);
+          StopChild(sched, 5);
+          StopChild(engine, 5);
+          return 1;
+        }
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::min(2000, 100 * c->restarts)));
         c->pid = Spawn(*c);
       }
     }
     // A fresh channel per check: one that was refused while the front end
     // started may sit in reconnect backoff.
-    if (!announced &&
-        HealthServing(grpc::health::v1::Health::NewStub(
-                          rpc::MakeChannel(public_target))
-                          .get())) {
+    if (!announced && HealthServing(grpc::health::v1::Health::NewStub(
+                                        rpc::MakeChannel(public_target))
+                                        .get())) {
       announced = true;
       std::printf("pdserve serve: ready\n");
-      std::printf("  public API  %s:%s  (pdserve.v1.Inference, grpc.health.v1, reflection)\n",
-                  host.c_str(), port.c_str());
+      std::printf(
+          "  public API  %s:%s  (pdserve.v1.Inference, grpc.health.v1, "
+          "reflection)\n",
+          host.c_str(), port.c_str());
       std::printf("  frontend    pid %d  metrics http://127.0.0.1:%s/metrics\n",
                   front.pid, metrics[0].c_str());
-      std::printf("  scheduler   pid %d  127.0.0.1:%s  metrics http://127.0.0.1:%s/metrics\n",
-                  sched.pid, scheduler_port.c_str(), metrics[1].c_str());
-      std::printf("  engine      pid %d  127.0.0.1:%s  metrics http://127.0.0.1:%s/metrics\n",
-                  engine.pid, engine_port.c_str(), metrics[2].c_str());
+      std::printf(
+          "  scheduler   pid %d  127.0.0.1:%s  metrics "
+          "http://127.0.0.1:%s/metrics\n",
+          sched.pid, scheduler_port.c_str(), metrics[1].c_str());
+      std::printf(
+          "  engine      pid %d  127.0.0.1:%s  metrics "
+          "http://127.0.0.1:%s/metrics\n",
+          engine.pid, engine_port.c_str(), metrics[2].c_str());
       std::fflush(stdout);
     }
   }
@@ -298,7 +365,9 @@ int RunServe(int argc, char** argv) {
 
 }  // namespace
 
-PDSERVE_COMMAND(serve, "start frontend, scheduler and engine on loopback and supervise them",
-                RunServe);
+PDSERVE_COMMAND(
+    serve,
+    "start frontend, scheduler and engine on loopback and supervise them",
+    RunServe);
 
 }  // namespace pdserve::cli

@@ -12,6 +12,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "proto/rpc_util.h"
+#include "tests/common/cli_run.h"
 #include "tests/integration/serve_harness.h"
 
 namespace pdserve::testing {
@@ -195,6 +196,37 @@ TEST(ServeFaultTest, SigtermDrainsInFlightRequests) {
   EXPECT_EQ(final.finish_reason(), v1::FINISH_REASON_LENGTH);
   const int status = serve->WaitExit(60);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A model that cannot load is an error, not a restart loop: a missing path is
+// refused before any child starts; a file that is no model makes the engine
+// and the front end exit, and after a child's third failed start (the
+// service never became ready) serve stops everything and exits 1, the
+// children's messages on stderr.
+TEST(ServeFaultTest, BadModelExitsInsteadOfRestartingForever) {
+  CliResult missing =
+      RunCli("", PdserveBinary(), "serve --model /nonexistent/model.gguf");
+  EXPECT_EQ(missing.code, 1) << missing.err;
+  EXPECT_THAT(
+      missing.err,
+      ::testing::HasSubstr(
+          "pdserve serve: --model /nonexistent/model.gguf: No such file"));
+  EXPECT_THAT(missing.err, ::testing::Not(::testing::HasSubstr("restart")));
+
+  const std::string bad = ::testing::TempDir() + "/not_a_model.gguf";
+  FILE* f = std::fopen(bad.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("this is no model\n", f);
+  std::fclose(f);
+  CliResult garbage =
+      RunCli("", PdserveBinary(), "serve --port 0 --model " + bad);
+  EXPECT_EQ(garbage.code, 1) << garbage.err;
+  EXPECT_THAT(garbage.err, ::testing::HasSubstr("unrecognized model format"));
+  // The engine or the front end (both read the model) gives up first.
+  EXPECT_THAT(garbage.err,
+              ::testing::HasSubstr("failed to start (3 exits before the "
+                                   "service was ready); stopping"));
+  EXPECT_THAT(garbage.err, ::testing::Not(::testing::HasSubstr("restart #3")));
 }
 
 // SmolLM2-135M-Instruct (when cached): a chat reply through the three
