@@ -3,7 +3,9 @@
 // interactive conversation (history kept; "/exit" or end of input quits).
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +69,17 @@ absl::Status Configure(const CliArgs& args, v1::GenerateRequest* req) {
   for (const absl::Status& s : {max_tokens.status(), temperature.status(),
                                 top_p.status(), top_k.status()}) {
     if (!s.ok()) return s;
+  }
+  // Ranges the server checks against the model come back from it with the
+  // numbers; what would not survive the wire's 32-bit fields is refused here.
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"--max-tokens", *max_tokens},
+        std::pair<const char*, int64_t>{"--top-k", *top_k}}) {
+    if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " ", value, " must be in [0, ",
+          std::numeric_limits<int32_t>::max(), "]"));
+    }
   }
   req->set_max_tokens(static_cast<int32_t>(*max_tokens));
   req->mutable_sampling()->set_temperature(static_cast<float>(*temperature));

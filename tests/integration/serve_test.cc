@@ -12,6 +12,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "proto/rpc_util.h"
+#include "tests/common/cli_run.h"
 #include "tests/integration/serve_harness.h"
 
 namespace pdserve::testing {
@@ -298,6 +299,54 @@ TEST_F(ServeTest, SixtyFourConcurrentStreamsMatchSoloRuns) {
         << i << ": " << together[i].status.error_message();
     EXPECT_EQ(together[i].token_ids, solo[i]) << "stream " << i;
   }
+}
+
+v1::GenerateRequest ChatRequest(const std::vector<std::string>& turns,
+                                int max_tokens) {
+  v1::GenerateRequest req;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    v1::ChatMessage* m = req.add_messages();
+    m->set_role(i % 2 == 0 ? "user" : "assistant");
+    m->set_content(turns[i]);
+  }
+  req.set_max_tokens(max_tokens);
+  return req;
+}
+
+// `pdserve chat`: one-shot prints the greedy reply the API streams; the
+// interactive mode (lines on stdin) sends the history with every turn; bad
+// numbers are refused locally (exit 2) or by the server with its figures
+// (exit 1).
+TEST_F(ServeTest, ChatCliStreamsRepliesAndKeepsTheHistory) {
+  const std::string chat =
+      "chat --target " + serve_->target() + " --max-tokens ";
+  const GenerateResult once =
+      Generate(client_.get(), ChatRequest({"Once upon a time"}, 12));
+  ASSERT_TRUE(once.status.ok()) << once.status.error_message();
+  ASSERT_FALSE(once.text.empty());
+  CliResult one = RunCli("", PdserveBinary(), chat + "12 Once upon a time");
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(one.out, once.text + "\n");
+
+  auto two = RunCommand("printf 'Once upon a time\\nThe dog\\n/exit\\n' | " +
+                        PdserveBinary() + " " + chat + "8");
+  ASSERT_TRUE(two.ok()) << two.status();
+  const GenerateResult first =
+      Generate(client_.get(), ChatRequest({"Once upon a time"}, 8));
+  const GenerateResult second =
+      Generate(client_.get(),
+               ChatRequest({"Once upon a time", first.text, "The dog"}, 8));
+  ASSERT_TRUE(first.status.ok() && second.status.ok());
+  EXPECT_EQ(*two, first.text + "\n" + second.text + "\n");
+
+  CliResult negative = RunCli("", PdserveBinary(), chat + "-1 hi");
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_THAT(negative.err, HasSubstr("--max-tokens -1 must be in [0, "));
+  CliResult too_many = RunCli("", PdserveBinary(), chat + "100000 hi");
+  EXPECT_EQ(too_many.code, 1);
+  EXPECT_THAT(too_many.err,
+              HasSubstr("INVALID_ARGUMENT: max_tokens 100000 must "
+                        "be in [1, 512]"));
 }
 
 TEST_F(ServeTest, PythonClientStreamsAReply) {
