@@ -21,8 +21,13 @@ absl::Status FromGrpc(const grpc::Status& status) {
 }
 
 absl::StatusOr<StartedServer> StartServer(
-    const std::string& host, int port,
+    const std::string& host, int64_t port,
     const std::vector<grpc::Service*>& services) {
+  if (port < 0 || port > 65535) {
+    // gRPC would take the port modulo 2^16 and listen somewhere else.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port ", port, " is outside 0..65535"));
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -29,7 +29,7 @@ struct StartedServer {
 // caller sets it) and server reflection. UNAVAILABLE names the address when
 // it cannot be bound. The services must outlive the server.
 absl::StatusOr<StartedServer> StartServer(
-    const std::string& host, int port,
+    const std::string& host, int64_t port,
     const std::vector<grpc::Service*>& services);
 
 // Sets the health status of "" and of each named service.

@@ -183,7 +183,8 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
     auto v = args.Int(f.name, *f.out);
     if (!v.ok() || *v < 0 ||
         (*v == 0 && std::string(f.name) != "chunk" &&
-         std::string(f.name) != "port")) {
+         std::string(f.name) != "port") ||
+        (std::string(f.name) == "port" && *v > 65535)) {
       std::fprintf(stderr, "pdserve scheduler: --%s: %s\n", f.name,
                    v.ok() ? absl::StrCat(*v, " is out of range").c_str()
                           : std::string(v.status().message()).c_str());
@@ -214,7 +215,7 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
   SchedulerShell shell(options);
   SchedulerServiceImpl service(&shell);
   const std::string host = args.String("host", "127.0.0.1");
-  auto server = rpc::StartServer(host, static_cast<int>(port), {&service});
+  auto server = rpc::StartServer(host, port, {&service});
   if (!server.ok()) {
     std::fprintf(stderr, "pdserve scheduler: %s\n",
                  std::string(server.status().message()).c_str());

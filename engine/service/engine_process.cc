@@ -112,6 +112,10 @@ int RunEngineProcess(const cli::CliArgs& args) {
   for (const auto* v : {&port, &threads, &page, &max_seqs, &max_step}) {
     if (!v->ok()) return Fail("flags", v->status());
   }
+  if (*port < 0 || *port > 65535) {
+    return Fail("flags", absl::InvalidArgumentError(absl::StrCat(
+                             "--port ", *port, " is outside 0..65535")));
+  }
   options.page_size = *page;
   options.max_sequences = *max_seqs;
   options.max_step_tokens = *max_step;
@@ -130,8 +134,8 @@ int RunEngineProcess(const cli::CliArgs& args) {
 
   EngineServiceImpl service(core->get(), name, (*core)->Describe(),
                             options.max_step_tokens);
-  auto server = rpc::StartServer(args.String("host", "127.0.0.1"),
-                                 static_cast<int>(*port), {&service});
+  auto server =
+      rpc::StartServer(args.String("host", "127.0.0.1"), *port, {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
   auto metrics = StartMetrics(args, name, pool.num_threads());
   if (!metrics.ok()) return Fail("metrics", metrics.status());

@@ -253,6 +253,11 @@ int RunServe(int argc, char** argv) {
   if (int rc = CheckDevice(args->String("device", "cpu")); rc != 0) return rc;
   const std::string host = args->String("host", "127.0.0.1");
   const std::string port = args->String("port", "50051");
+  if (auto p = args->Int("port", 50051); !p.ok() || *p < 0 || *p > 65535) {
+    std::fprintf(stderr, "pdserve serve: --port %s is not a port in 0..65535\n",
+                 port.c_str());
+    return 2;
+  }
   const std::string engine_port =
       args->String("engine-port", absl::StrCat(FreePort()));
   const std::string scheduler_port =

@@ -71,6 +71,11 @@ int RunFrontendProcess(const cli::CliArgs& args) {
                  std::string((port.ok() ? drain : port).status().message()).c_str());
     return 2;
   }
+  if (*port < 0 || *port > 65535) {
+    std::fprintf(stderr, "pdserve frontend: --port %lld is outside 0..65535\n",
+                 static_cast<long long>(*port));
+    return 2;
+  }
   const std::string scheduler_addr = args.String("scheduler", "127.0.0.1:50052");
   auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_addr));
   v1::SchedulerStatus status;
@@ -111,7 +116,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   InferenceServiceImpl service(model->get(), stub.get(),
                                metrics ? metrics->metrics.get() : nullptr);
   const std::string host = args.String("host", "127.0.0.1");
-  auto server = rpc::StartServer(host, static_cast<int>(*port), {&service});
+  auto server = rpc::StartServer(host, *port, {&service});
   if (!server.ok()) {
     std::fprintf(stderr, "pdserve frontend: %s\n",
                  std::string(server.status().message()).c_str());
