@@ -12,22 +12,6 @@ double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-// Codes that mean the engine itself is gone or broken, as opposed to one
-// request being refused.
-bool EngineLost(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::INTERNAL:
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 SchedulerShell::SchedulerShell(ShellOptions options)

@@ -192,8 +192,12 @@ TEST(TokenizerDetokenizerTest, HoldsOnlyAPossibleStopPrefix) {
     auto ids = tok->Encode(piece);
     ASSERT_TRUE(ids.ok());
     for (int32_t id : *ids) got += d.Feed(id);
-    if (std::string(piece) == "T") EXPECT_EQ(got, "Hello ");  // " ST" held
-    if (std::string(piece) == "x") EXPECT_EQ(got, "Hello STx");
+    if (std::string(piece) == "T") {
+      EXPECT_EQ(got, "Hello ");  // " ST" held
+    }
+    if (std::string(piece) == "x") {
+      EXPECT_EQ(got, "Hello STx");
+    }
   }
   EXPECT_EQ(got, "Hello STx ");
   EXPECT_TRUE(d.stopped());
