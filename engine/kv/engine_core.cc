@@ -58,11 +58,17 @@ struct EngineSequence {
   bool device_samplable = false;
   DeviceSamplingParams device_params;
 
+  // Prompt tokens taken from the prefix cache that plans still count as
+  // pending: the next plan entries consume them without compute.
+  int64_t cached_skip = 0;
+
   explicit EngineSequence(SequenceState s) : state(std::move(s)) {}
   // Tokens available to process (prompt, or the pending sampled token).
   int64_t available() const {
     return static_cast<int64_t>(tokens.size()) - state.next_pos();
   }
+  // Tokens a plan may give it (the cached ones included).
+  int64_t pending() const { return available() + cached_skip; }
 };
 
 class EngineCore::Impl {
@@ -122,6 +128,9 @@ class EngineCore::Impl {
   // gets Run instead, and *on_device turns false.
   absl::Status Forward(bool* on_device, ForwardStats* stats);
   absl::Status ValidatePlan(absl::Span<const StepPlanEntry> plan);
+  // With a prefix cache: gives `seq` (just added to the pool) the cached
+  // pages of its prompt's longest cached prefix and advances it past them.
+  absl::Status AttachCachedPrefix(EngineSequence& seq);
   // Samples every sequence in to_sample_ into sampled_, on all threads.
   void SampleAll();
   // Records a sampled token and applies the stop / length rules.
@@ -155,6 +164,8 @@ class EngineCore::Impl {
   std::vector<EngineSequence*> span_seq_;
   int64_t steps_ = 0;  // Step calls validated (stamps)
   int64_t forward_steps_ = 0;
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
   int64_t tokens_processed_ = 0;
   int64_t running_ = 0;
   int64_t finished_ = 0;
@@ -231,8 +242,27 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->device_params.top_p = params.top_p;
   seq->device_params.min_p = params.min_p;
   seq->device_params.seed = params.seed;
+  if (absl::Status s = AttachCachedPrefix(*seq); !s.ok()) {
+    (void)pool_->Remove(id);
+    return s;
+  }
   seqs_.emplace(id, std::move(seq));
   ++running_;
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::Impl::AttachCachedPrefix(EngineSequence& seq) {
+  if (!pool_->prefix_cache_enabled()) return absl::OkStatus();
+  prefix_query_tokens_ += seq.prompt_len;
+  // The last prompt token is always computed: it yields the first logits.
+  const int64_t max_pages = (seq.prompt_len - 1) / geometry().page_size;
+  absl::StatusOr<int64_t> cached =
+      pool_->AttachPrefix(seq.id, seq.tokens, max_pages);
+  if (!cached.ok()) return cached.status();
+  if (*cached == 0) return absl::OkStatus();
+  if (absl::Status s = seq.state.Advance(*cached); !s.ok()) return s;
+  seq.cached_skip = *cached;
+  prefix_hit_tokens_ += *cached;
   return absl::OkStatus();
 }
 
@@ -259,16 +289,17 @@ absl::Status EngineCore::Impl::ValidatePlan(
                        " tokens; must be >= 1"));
     }
     if (seq.finish != FinishReason::kNone) continue;  // reported, not run
-    if (e.num_tokens > seq.available()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step plan gives sequence ", e.id, " ", e.num_tokens,
-                       " tokens at position ", seq.state.next_pos(),
-                       " but only ", seq.available(), " are pending (prompt ",
-                       seq.prompt_len, ", generated ", seq.generated, ")"));
+    if (e.num_tokens > seq.pending()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step plan gives sequence ", e.id, " ", e.num_tokens,
+          " tokens at position ", seq.state.next_pos() - seq.cached_skip,
+          " but only ", seq.pending(), " are pending (prompt ", seq.prompt_len,
+          ", generated ", seq.generated, ")"));
     }
     total_tokens += e.num_tokens;
-    pages_needed +=
-        pool_->PagesNeeded(e.id, seq.state.next_pos() + e.num_tokens);
+    const int64_t compute =
+        std::max<int64_t>(0, e.num_tokens - seq.cached_skip);
+    pages_needed += pool_->PagesNeeded(e.id, seq.state.next_pos() + compute);
   }
   if (total_tokens > options_.max_step_tokens) {
     return absl::InvalidArgumentError(
@@ -305,10 +336,16 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     out = SequenceStepResult{};
     out.id = seq.id;
     out.finish = seq.finish;
-    out.next_pos = seq.state.next_pos();
+    out.next_pos = seq.state.next_pos() - seq.cached_skip;
     if (seq.finish != FinishReason::kNone) continue;
+    // Cached prompt tokens the plan counts are consumed first, for free.
+    const int64_t skipped =
+        std::min<int64_t>(seq.cached_skip, plan[i].num_tokens);
+    seq.cached_skip -= skipped;
+    out.next_pos = seq.state.next_pos() - seq.cached_skip;
+    if (skipped == plan[i].num_tokens) continue;  // nothing to compute
     const int64_t start = seq.state.next_pos();
-    const int64_t end = start + plan[i].num_tokens;
+    const int64_t end = start + plan[i].num_tokens - skipped;
     // Validated above: pages are free and end <= tokens.size() <= capacity.
     if (absl::Status s = pool_->Reserve(seq.id, end); !s.ok()) return s;
     SequenceSpan span;
@@ -350,10 +387,11 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     const int64_t n = spans_[span_index].size();
     (void)seq.state.Advance(n);  // fits: n <= available <= remaining
     (void)pool_->MarkWritten(seq.id, seq.state.next_pos());
+    pool_->IndexWritten(seq.id, seq.tokens);  // no-op without a prefix cache
     seq.logits_step = steps_;
     seq.logits_row = static_cast<int64_t>(span_index);
     out.tokens_processed = static_cast<int32_t>(n);
-    out.next_pos = seq.state.next_pos();
+    out.next_pos = seq.state.next_pos() - seq.cached_skip;
     result->tokens_processed += n;
     if (seq.available() == 0) {
       to_sample_.push_back(
@@ -486,6 +524,8 @@ EngineStats EngineCore::Impl::Stats() const {
   s.finished = finished_;
   s.steps = forward_steps_;
   s.tokens_processed = tokens_processed_;
+  s.prefix_query_tokens = prefix_query_tokens_;
+  s.prefix_hit_tokens = prefix_hit_tokens_;
   return s;
 }
 
@@ -540,9 +580,13 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
   if (!geometry.ok()) return geometry.status();
   // A device backend keeps keys, values and states in device memory; the
   // host pool then only accounts for them.
-  absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(
-      *geometry, options.device.is_cpu() ? KvPoolMemory::kHost
-                                         : KvPoolMemory::kAccountingOnly);
+  const bool prefix_cache = options.prefix_cache && options.device.is_cpu() &&
+                            geometry->linear_state_bytes_per_sequence == 0;
+  absl::StatusOr<std::unique_ptr<KvPool>> pool =
+      KvPool::Create(*geometry,
+                     options.device.is_cpu() ? KvPoolMemory::kHost
+                                             : KvPoolMemory::kAccountingOnly,
+                     prefix_cache);
   if (!pool.ok()) return pool.status();
   auto impl = std::make_unique<Impl>(std::move(weights), threads,
                                      std::move(options), std::move(*pool));

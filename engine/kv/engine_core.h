@@ -59,6 +59,14 @@ struct EngineOptions {
   int64_t page_size = 16;          // tokens per KV page
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
+  // Automatic prefix caching (KvPool, PrefixCache): a new sequence starts
+  // from the cached pages of the longest full-page prefix of its prompt that
+  // an earlier sequence wrote, keeping at least its last prompt token to
+  // compute. Plans are unchanged: a prefill chunk over cached tokens only
+  // advances, without compute. Used for dense models on the CPU; ignored for
+  // hybrid models (a recurrent state cannot resume mid-prompt) and for
+  // device backends (not yet verified there).
+  bool prefix_cache = false;
   // Monotonic clock for step timings, in nanoseconds; defaults to
   // std::chrono::steady_clock. Inject a fake for deterministic tests.
   std::function<int64_t()> now_ns;
@@ -94,7 +102,9 @@ struct SequenceStepResult {
                                  // distribution (log-softmax of the raw
                                  // logits, before penalties/temperature)
   FinishReason finish = FinishReason::kNone;
-  int64_t next_pos = 0;          // positions now valid in its mask
+  // Positions the plans have covered so far: those valid in its mask, less
+  // cached prefix tokens (prefix_cache) that no plan entry has reached yet.
+  int64_t next_pos = 0;
 };
 
 // Result of Step. Owned by the caller and reused across steps: Step clears
@@ -115,10 +125,14 @@ struct StepResult {
 // Pool and sequence counters (Stats(); cheap, no system call).
 struct EngineStats {
   KvPoolStats pool;
-  int64_t running = 0;         // live, unfinished sequences
-  int64_t finished = 0;        // finished, not yet released
-  int64_t steps = 0;           // Step calls that ran a forward pass
+  int64_t running = 0;           // live, unfinished sequences
+  int64_t finished = 0;          // finished, not yet released
+  int64_t steps = 0;             // Step calls that ran a forward pass
   int64_t tokens_processed = 0;  // cumulative
+  // Prefix cache, cumulative: prompt tokens admitted, and of those the ones
+  // taken from cached pages instead of computed.
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
 };
 
 // Thread-compatible: one call at a time (the engine's step thread). Buffers
@@ -154,9 +168,9 @@ class EngineCore {
 
   // Executes `plan` as one forward pass and samples: on the device when the
   // backend can (ForwardBackend::SamplesOnDevice) and no sequence sampling
-  // in this step uses a penalty; otherwise from host logits. The plan is validated
-  // before anything changes: an unknown id (NOT_FOUND), a duplicate id,
-  // num_tokens <= 0, more tokens than are pending (past the end of the
+  // in this step uses a penalty; otherwise from host logits. The plan is
+  // validated before anything changes: an unknown id (NOT_FOUND), a duplicate
+  // id, num_tokens <= 0, more tokens than are pending (past the end of the
   // prompt; more than 1 for a decode), or more than max_step_tokens in total
   // (INVALID_ARGUMENT); too few free KV pages (RESOURCE_EXHAUSTED naming
   // pages needed and free). In all these cases no sequence changed. An entry

@@ -161,42 +161,99 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
 // ---------------------------------------------------------------------------
 
 PageAllocator::PageAllocator(int64_t num_pages)
-    : in_use_(static_cast<size_t>(num_pages), 0) {
+    : refs_(static_cast<size_t>(num_pages), 0),
+      prev_(static_cast<size_t>(num_pages + 1)),
+      next_(static_cast<size_t>(num_pages + 1)),
+      in_lru_(static_cast<size_t>(num_pages), 0) {
   free_.reserve(static_cast<size_t>(num_pages));
   // Lowest page on top of the stack, so allocation starts at page 0.
   for (int64_t p = num_pages - 1; p >= 0; --p) {
     free_.push_back(static_cast<int32_t>(p));
   }
+  const auto sentinel = static_cast<int32_t>(num_pages);
+  prev_[sentinel] = next_[sentinel] = sentinel;
 }
 
-absl::StatusOr<int32_t> PageAllocator::Allocate() {
-  if (free_.empty()) {
+void PageAllocator::LinkLast(int32_t page) {
+  const auto sentinel = static_cast<int32_t>(num_pages());
+  prev_[page] = prev_[sentinel];
+  next_[page] = sentinel;
+  next_[prev_[sentinel]] = page;
+  prev_[sentinel] = page;
+  in_lru_[page] = 1;
+  ++num_cached_;
+}
+
+void PageAllocator::Unlink(int32_t page) {
+  next_[prev_[page]] = next_[page];
+  prev_[next_[page]] = prev_[page];
+  in_lru_[page] = 0;
+  --num_cached_;
+}
+
+absl::StatusOr<int32_t> PageAllocator::Allocate(int32_t* reclaimed) {
+  if (reclaimed != nullptr) *reclaimed = -1;
+  int32_t page;
+  if (!free_.empty()) {
+    page = free_.back();
+    free_.pop_back();
+  } else if (num_cached_ > 0) {
+    page = next_[num_pages()];  // the oldest cached page
+    Unlink(page);
+    if (reclaimed != nullptr) *reclaimed = page;
+  } else {
     return absl::ResourceExhaustedError(absl::StrCat(
         "no free KV page: all ", num_pages(), " pages are in use"));
   }
-  const int32_t page = free_.back();
-  free_.pop_back();
-  in_use_[page] = 1;
+  refs_[page] = 1;
   return page;
 }
 
-absl::Status PageAllocator::Free(int32_t page) {
+absl::Status PageAllocator::Retain(int32_t page) {
+  if (page < 0 || page >= num_pages() || (refs_[page] == 0 && !in_lru_[page])) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV page ", page, " is neither in use nor cached"));
+  }
+  if (in_lru_[page]) Unlink(page);
+  ++refs_[page];
+  return absl::OkStatus();
+}
+
+absl::Status PageAllocator::Free(int32_t page, bool keep_cached) {
   if (page < 0 || page >= num_pages()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "KV page ", page, " is out of range [0, ", num_pages(), ")"));
   }
-  if (!in_use_[page]) {
+  if (refs_[page] == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV page ", page, " is not in use (double free)"));
   }
-  in_use_[page] = 0;
-  free_.push_back(page);
+  if (--refs_[page] > 0) return absl::OkStatus();
+  if (keep_cached) {
+    LinkLast(page);
+  } else {
+    free_.push_back(page);
+  }
   return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(
+    const KvGeometry& geometry, KvPoolMemory memory, bool prefix_cache) {
+  if (prefix_cache && geometry.linear_state_bytes_per_sequence > 0) {
+    return absl::InvalidArgumentError(
+        "the prefix cache needs a model without linear-attention state");
+  }
+  absl::StatusOr<std::unique_ptr<KvPool>> pool = CreateMapped(geometry, memory);
+  if (pool.ok() && prefix_cache) {
+    (*pool)->prefix_ =
+        std::make_unique<PrefixCache>(geometry.num_pages, geometry.page_size);
+  }
+  return pool;
+}
+
+absl::StatusOr<std::unique_ptr<KvPool>> KvPool::CreateMapped(
     const KvGeometry& geometry, KvPoolMemory memory) {
   if (memory == KvPoolMemory::kAccountingOnly) {
     return std::unique_ptr<KvPool>(new KvPool(geometry, nullptr, nullptr));
@@ -313,7 +370,11 @@ absl::Status KvPool::Reserve(SequenceId id, int64_t num_tokens) {
                      pages_.num_pages(), " pages are free"));
   }
   std::vector<int32_t>& table = it->second.pages;
-  for (int64_t i = 0; i < need; ++i) table.push_back(*pages_.Allocate());
+  for (int64_t i = 0; i < need; ++i) {
+    int32_t reclaimed = -1;
+    table.push_back(*pages_.Allocate(&reclaimed));
+    if (reclaimed >= 0 && prefix_ != nullptr) prefix_->Erase(reclaimed);
+  }
   return absl::OkStatus();
 }
 
@@ -346,8 +407,12 @@ absl::Status KvPool::Remove(SequenceId id) {
   Sequence& seq = it->second;
   absl::Status status;
   for (int32_t page : seq.pages) {
-    if (storage_ != nullptr) storage_->ReleasePage(page);
-    status.Update(pages_.Free(page));
+    const bool keep = prefix_ != nullptr && prefix_->Contains(page);
+    status.Update(pages_.Free(page, keep));
+    // Shared pages (still in use) and cached ones keep their data.
+    if (!pages_.in_use(page) && !pages_.cached(page) && storage_ != nullptr) {
+      storage_->ReleasePage(page);
+    }
   }
   if (seq.slot >= 0) {
     if (linear_state_ != nullptr) {
@@ -391,10 +456,52 @@ KvPoolStats KvPool::Stats() const {
   s.free_tokens = s.free_pages * geometry_.page_size;
   s.sequences = static_cast<int64_t>(seqs_.size());
   s.linear_slots_used = has_linear_state() ? s.sequences : 0;
+  s.cached_pages = pages_.num_cached();
   s.used_bytes = s.used_pages * geometry_.bytes_per_page +
                  s.linear_slots_used *
                      RoundUpToOsPage(geometry_.linear_state_bytes_per_sequence);
   return s;
+}
+
+absl::StatusOr<int64_t> KvPool::AttachPrefix(SequenceId id,
+                                             absl::Span<const int32_t> tokens,
+                                             int64_t max_pages) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  Sequence& seq = it->second;
+  if (prefix_ == nullptr) return 0;
+  if (!seq.pages.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " already has pages; a prefix attaches first"));
+  }
+  for (int32_t page : prefix_->Match(tokens, max_pages)) {
+    if (absl::Status s = pages_.Retain(page); !s.ok()) return s;
+    seq.pages.push_back(page);
+  }
+  seq.indexed_pages = static_cast<int64_t>(seq.pages.size());
+  const int64_t covered =
+      static_cast<int64_t>(seq.pages.size()) * geometry_.page_size;
+  if (absl::Status s = MarkWritten(id, covered); !s.ok()) return s;
+  return covered;
+}
+
+void KvPool::IndexWritten(SequenceId id, absl::Span<const int32_t> tokens) {
+  auto it = seqs_.find(id);
+  if (prefix_ == nullptr || it == seqs_.end()) return;
+  Sequence& seq = it->second;
+  const int64_t ps = geometry_.page_size;
+  const int64_t known =
+      std::min<int64_t>(seq.written, static_cast<int64_t>(tokens.size()));
+  for (int64_t k = seq.indexed_pages;
+       (k + 1) * ps <= known && k < static_cast<int64_t>(seq.pages.size());
+       ++k) {
+    prefix_->Insert(k == 0 ? -1 : seq.pages[k - 1], seq.pages[k],
+                    tokens.subspan(k * ps, ps));
+    seq.indexed_pages = k + 1;
+  }
 }
 
 int64_t KvPool::ResidentBytes() const {

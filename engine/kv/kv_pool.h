@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/model_config.h"
 
 namespace pdserve {
@@ -82,26 +83,49 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
     int64_t max_sequences,
     const std::function<absl::StatusOr<int64_t>()>& available_bytes);
 
-// O(1) allocator of page indices [0, num_pages): a LIFO free list plus an
-// ownership bit per page to detect double frees. Pure, no IO.
+// O(1) allocator of page indices [0, num_pages) with reference counts (a
+// page shared by several sequences through the prefix cache is freed by the
+// last of them). A page whose last reference goes may be kept as "cached":
+// it still counts as free, but it is handed out again only when no plain
+// free page is left, least recently released first. Pure, no IO.
 // Thread-compatible.
 class PageAllocator {
  public:
   explicit PageAllocator(int64_t num_pages);
 
-  int64_t num_pages() const { return static_cast<int64_t>(in_use_.size()); }
-  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_pages() const { return static_cast<int64_t>(refs_.size()); }
+  // Free pages, cached ones included (they are reclaimed on demand).
+  int64_t num_free() const {
+    return static_cast<int64_t>(free_.size()) + num_cached_;
+  }
+  int64_t num_cached() const { return num_cached_; }
   int64_t num_used() const { return num_pages() - num_free(); }
-  bool in_use(int32_t page) const { return in_use_[page] != 0; }
+  bool in_use(int32_t page) const { return refs_[page] > 0; }
+  bool cached(int32_t page) const { return in_lru_[page] != 0; }
 
+  // One reference to a page: a plain free one first, else the least
+  // recently cached one (its index in *reclaimed, else -1 there).
   // RESOURCE_EXHAUSTED when no page is free.
-  absl::StatusOr<int32_t> Allocate();
-  // FAILED_PRECONDITION on a page out of range or not in use (double free).
-  absl::Status Free(int32_t page);
+  absl::StatusOr<int32_t> Allocate(int32_t* reclaimed = nullptr);
+  // Another reference to a page in use or cached (a cached page leaves the
+  // cache). FAILED_PRECONDITION for a free page or one out of range.
+  absl::Status Retain(int32_t page);
+  // Drops a reference; at the last one the page becomes free, or cached
+  // when `keep_cached`. FAILED_PRECONDITION on a page out of range or not in
+  // use (double free).
+  absl::Status Free(int32_t page, bool keep_cached = false);
 
  private:
-  std::vector<int32_t> free_;    // stack of free pages
-  std::vector<uint8_t> in_use_;  // 1 while allocated
+  void LinkLast(int32_t page);
+  void Unlink(int32_t page);
+
+  std::vector<int32_t> free_;  // stack of plain free pages
+  std::vector<int32_t> refs_;  // references per page
+  // Cached pages: a doubly linked list, oldest first; index num_pages is
+  // the sentinel.
+  std::vector<int32_t> prev_, next_;
+  std::vector<uint8_t> in_lru_;
+  int64_t num_cached_ = 0;
 };
 
 // Counters of a pool (for Stats and metrics).
@@ -114,6 +138,7 @@ struct KvPoolStats {
   int64_t free_tokens = 0;        // free_pages * page_size
   int64_t sequences = 0;          // live sequences
   int64_t linear_slots_used = 0;  // == sequences for hybrid models, else 0
+  int64_t cached_pages = 0;       // free pages the prefix cache still holds
   int64_t used_bytes = 0;         // used pages * bytes_per_page + state slots
 };
 
@@ -133,10 +158,14 @@ enum class KvPoolMemory {
 class KvPool {
  public:
   // Maps the storage for `geometry` (which must come from
-  // ComputeKvGeometry) unless `memory` is kAccountingOnly.
+  // ComputeKvGeometry) unless `memory` is kAccountingOnly. With
+  // `prefix_cache`, full pages are indexed by content (PrefixCache) and kept
+  // when released, for AttachPrefix; INVALID_ARGUMENT for a model with
+  // linear-attention state (a recurrent state cannot be resumed mid-prompt).
   // RESOURCE_EXHAUSTED when the mapping fails.
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(
-      const KvGeometry& geometry, KvPoolMemory memory = KvPoolMemory::kHost);
+      const KvGeometry& geometry, KvPoolMemory memory = KvPoolMemory::kHost,
+      bool prefix_cache = false);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -159,8 +188,23 @@ class KvPool {
   // Records that positions [0, num_tokens) of `id` hold data (for used_tokens
   // accounting); num_tokens must be covered by its pages.
   absl::Status MarkWritten(SequenceId id, int64_t num_tokens);
-  // Frees every page of `id` (returned to the OS at once) and its state slot.
+  // Drops `id`'s reference to each of its pages and frees its state slot. A
+  // page nobody else holds is returned to the OS at once, unless the prefix
+  // cache indexes it (then it stays, counted as free, until reclaimed).
   absl::Status Remove(SequenceId id);
+
+  bool prefix_cache_enabled() const { return prefix_ != nullptr; }
+  // Prefix cache: gives `id` (just added, no pages yet) the cached pages
+  // holding the longest indexed prefix of `tokens`, at most `max_pages`
+  // pages, and marks them written. Returns the tokens covered (a multiple
+  // of page_size; 0 without a prefix cache).
+  absl::StatusOr<int64_t> AttachPrefix(SequenceId id,
+                                       absl::Span<const int32_t> tokens,
+                                       int64_t max_pages);
+  // Prefix cache: indexes every full page of `id` written so far whose
+  // tokens (positions of `tokens`, the sequence's token list) are known.
+  // No-op without a prefix cache.
+  void IndexWritten(SequenceId id, absl::Span<const int32_t> tokens);
 
   bool Contains(SequenceId id) const { return seqs_.contains(id); }
   // The page table of `id` (page i holds positions [i*page_size, ...)), or
@@ -187,7 +231,8 @@ class KvPool {
   struct Sequence {
     std::vector<int32_t> pages;
     int64_t written = 0;
-    int32_t slot = -1;  // linear-state slot, -1 when none
+    int32_t slot = -1;          // linear-state slot, -1 when none
+    int64_t indexed_pages = 0;  // leading pages IndexWritten has handled
   };
   KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
          float* linear_state);
@@ -196,6 +241,8 @@ class KvPool {
   }
 
   float* LinearStateOfSlot(int32_t slot);
+  static absl::StatusOr<std::unique_ptr<KvPool>> CreateMapped(
+      const KvGeometry& geometry, KvPoolMemory memory);
 
   KvGeometry geometry_;
   std::unique_ptr<KvStorage> storage_;
@@ -203,6 +250,7 @@ class KvPool {
   size_t linear_state_bytes_ = 0;  // mapping length
   PageAllocator pages_;
   std::vector<int32_t> free_slots_;
+  std::unique_ptr<PrefixCache> prefix_;  // null when disabled
   absl::flat_hash_map<SequenceId, Sequence> seqs_;
   int64_t used_tokens_ = 0;
 };

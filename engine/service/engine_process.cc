@@ -21,17 +21,26 @@ namespace pdserve::service {
 const std::vector<cli::FlagSpec>& EngineFlags() {
   static const auto* flags = [] {
     auto* f = new std::vector<cli::FlagSpec>{
-      {"model", true, "model file or folder (GGUF, safetensors, llama2.c .bin)"},
-      {"host", true, "interface to listen on (default 127.0.0.1)"},
-      {"port", true, "gRPC port (default 50053; 0 = any free port)"},
-      {"threads", true, "compute threads (default: all cores)"},
-      {"device", true, "where the model runs: cpu (default), cuda or cuda:N (loads libpdserve_cuda.so)"},
-      {"kv-memory", true, "KV pool budget: a fraction of free memory (0.5) or bytes with K/M/G suffix"},
-      {"page-size", true, "tokens per KV page (default 16)"},
-      {"max-sequences", true, "sequences live at once (default 256)"},
-      {"max-step-tokens", true, "most tokens one step processes (default 2048)"},
-      {"name", true, "model name to report (default: from the file)"},
-      {"config", true, "JSON config file (section \"engine\")"},
+        {"model", true,
+         "model file or folder (GGUF, safetensors, llama2.c .bin)"},
+        {"host", true, "interface to listen on (default 127.0.0.1)"},
+        {"port", true, "gRPC port (default 50053; 0 = any free port)"},
+        {"threads", true, "compute threads (default: all cores)"},
+        {"device", true,
+         "where the model runs: cpu (default), cuda or cuda:N (loads "
+         "libpdserve_cuda.so)"},
+        {"kv-memory", true,
+         "KV pool budget: a fraction of free memory (0.5) or bytes with K/M/G "
+         "suffix"},
+        {"page-size", true, "tokens per KV page (default 16)"},
+        {"max-sequences", true, "sequences live at once (default 256)"},
+        {"max-step-tokens", true,
+         "most tokens one step processes (default 2048)"},
+        {"no-prefix-cache", false,
+         "turn off automatic prefix caching (on by default for dense models on "
+         "the CPU: prompts reuse the KV pages of a prefix already computed)"},
+        {"name", true, "model name to report (default: from the file)"},
+        {"config", true, "JSON config file (section \"engine\")"},
     };
     metrics::AppendMetricsFlags(*f, /*engine=*/true);
     return f;
@@ -56,10 +65,20 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
   int64_t scale = 1;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'K': case 'k': scale = int64_t{1} << 10; break;
-      case 'M': case 'm': scale = int64_t{1} << 20; break;
-      case 'G': case 'g': scale = int64_t{1} << 30; break;
-      default: break;
+      case 'K':
+      case 'k':
+        scale = int64_t{1} << 10;
+        break;
+      case 'M':
+      case 'm':
+        scale = int64_t{1} << 20;
+        break;
+      case 'G':
+      case 'g':
+        scale = int64_t{1} << 30;
+        break;
+      default:
+        break;
     }
     if (scale != 1) digits.pop_back();
   }
@@ -71,7 +90,6 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
   }
   return KvMemoryBudget{.bytes = bytes * scale, .fraction = 0};
 }
-
 
 // Starts the engine's /metrics endpoint and metric set when --metrics-port is
 // given (the copy probe runs first unless --peak-memory-bandwidth is set);
@@ -119,6 +137,7 @@ int RunEngineProcess(const cli::CliArgs& args) {
   options.page_size = *page;
   options.max_sequences = *max_seqs;
   options.max_step_tokens = *max_step;
+  options.prefix_cache = !args.Bool("no-prefix-cache");
 
   auto weights = LoadModel(model_path);
   if (!weights.ok()) return Fail("loading " + model_path, weights.status());

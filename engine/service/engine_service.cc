@@ -349,6 +349,10 @@ void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
     p.linear_state_slots_total = g.max_sequences;
     p.linear_state_slots_used = pool.linear_slots_used;
   }
+  const EngineStats stats = core_->Stats();
+  p.prefix_query_tokens_total = stats.prefix_query_tokens;
+  p.prefix_hit_tokens_total = stats.prefix_hit_tokens;
+  p.cached_pages = pool.cached_pages;
   if (absl::Status s = metrics_->RecordPool(p); !s.ok()) {
     std::fprintf(stderr, "pdserve engine: pool metrics: %s\n",
                  std::string(s.message()).c_str());

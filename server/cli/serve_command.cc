@@ -49,6 +49,7 @@ const std::vector<FlagSpec>& Flags() {
       {"metrics-port", true,
        "first of three /metrics ports: frontend, scheduler, engine (default: "
        "free ports)"},
+      {"no-prefix-cache", false, "engine: turn off automatic prefix caching"},
       {"vllm-metrics", false,
        "all three: also export the vllm:* compatibility gauges"},
       {"peak-memory-bandwidth", true,
@@ -291,6 +292,7 @@ int RunServe(int argc, char** argv) {
                "--port", port, "--metrics-port", metrics[0]}};
   Forward(*args, front.args, {"tokenizer", "drain-seconds", "name", "config"});
   std::vector<Child*> children = {&engine, &sched, &front};
+  if (args->Bool("no-prefix-cache")) engine.args.push_back("--no-prefix-cache");
   if (args->Bool("vllm-metrics")) {
     for (Child* c : children) c->args.push_back("--vllm-metrics");
   }

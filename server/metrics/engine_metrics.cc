@@ -101,6 +101,9 @@ void EngineMetrics::Register(const EngineMetricsOptions& options) {
   active_sequences_ = &GaugeFamily(r, kActiveSequences).Add({});
   max_sequences_ = &GaugeFamily(r, kMaxSequences).Add({});
   preemptions_ = &CounterFamily(r, kEnginePreemptions).Add({});
+  prefix_queries_ = &CounterFamily(r, kPrefixQueryTokens).Add({});
+  prefix_hits_ = &CounterFamily(r, kPrefixHitTokens).Add({});
+  kv_cached_pages_ = &GaugeFamily(r, kKvCachedPages).Add({});
   linear_total_ = &GaugeFamily(r, kLinearSlotsTotal).Add({});
   linear_used_ = &GaugeFamily(r, kLinearSlotsUsed).Add({});
   if (options.vllm_compat) {
@@ -155,12 +158,19 @@ absl::Status EngineMetrics::RecordPool(const PoolStats& pool) {
   max_sequences_->Set(static_cast<double>(pool.max_sequences));
   linear_total_->Set(static_cast<double>(pool.linear_state_slots_total));
   linear_used_->Set(static_cast<double>(pool.linear_state_slots_used));
+  kv_cached_pages_->Set(static_cast<double>(pool.cached_pages));
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t delta = pool.preemptions_total >= last_preemptions_total_
-                            ? pool.preemptions_total - last_preemptions_total_
-                            : pool.preemptions_total;
-  last_preemptions_total_ = pool.preemptions_total;
-  internal::AddPositive(*preemptions_, static_cast<double>(delta));
+  // Cumulative figures become counter increments (a total that went down
+  // means the engine restarted: it counts from 0 again).
+  auto add_delta = [](prometheus::Counter& c, int64_t total, int64_t& last) {
+    const int64_t delta = total >= last ? total - last : total;
+    last = total;
+    internal::AddPositive(c, static_cast<double>(delta));
+  };
+  add_delta(*preemptions_, pool.preemptions_total, last_preemptions_total_);
+  add_delta(*prefix_queries_, pool.prefix_query_tokens_total,
+            last_prefix_queries_);
+  add_delta(*prefix_hits_, pool.prefix_hit_tokens_total, last_prefix_hits_);
   return absl::OkStatus();
 }
 

@@ -100,6 +100,9 @@ class EngineMetrics {
   prometheus::Gauge* active_sequences_ = nullptr;
   prometheus::Gauge* max_sequences_ = nullptr;
   prometheus::Counter* preemptions_ = nullptr;
+  prometheus::Counter* prefix_queries_ = nullptr;
+  prometheus::Counter* prefix_hits_ = nullptr;
+  prometheus::Gauge* kv_cached_pages_ = nullptr;
   prometheus::Gauge* linear_total_ = nullptr;
   prometheus::Gauge* linear_used_ = nullptr;
   prometheus::Gauge* vllm_kv_usage_ = nullptr;  // null unless vllm_compat
@@ -109,6 +112,8 @@ class EngineMetrics {
   prometheus::Family<prometheus::Gauge>* peak_family_ = nullptr;
   prometheus::Gauge* peak_gauge_ = nullptr;
   int64_t last_preemptions_total_ = 0;
+  int64_t last_prefix_queries_ = 0;
+  int64_t last_prefix_hits_ = 0;
 };
 
 }  // namespace pdserve::metrics

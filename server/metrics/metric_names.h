@@ -105,6 +105,15 @@ inline constexpr MetricSpec kMaxSequences = {
 inline constexpr MetricSpec kEnginePreemptions = {
     "pdserve_engine_preemptions_total", MetricType::kCounter,
     "Sequences whose pool capacity was taken back before they finished."};
+inline constexpr MetricSpec kPrefixQueryTokens = {
+    "pdserve_engine_prefix_cache_queries_total", MetricType::kCounter,
+    "Prompt tokens admitted while the prefix cache is on (tokens looked up)."};
+inline constexpr MetricSpec kPrefixHitTokens = {
+    "pdserve_engine_prefix_cache_hits_total", MetricType::kCounter,
+    "Prompt tokens taken from cached KV pages instead of computed."};
+inline constexpr MetricSpec kKvCachedPages = {
+    "pdserve_engine_kv_cached_pages", MetricType::kGauge,
+    "Free KV pages still holding a cached prefix (reclaimed on demand)."};
 inline constexpr MetricSpec kLinearSlotsTotal = {
     "pdserve_engine_linear_state_capacity_slots", MetricType::kGauge,
     "Per-sequence linear-attention state slots (0 without such layers)."};
@@ -231,6 +240,9 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kActiveSequences,
                                                     &kMaxSequences,
                                                     &kEnginePreemptions,
+                                                    &kPrefixQueryTokens,
+                                                    &kPrefixHitTokens,
+                                                    &kKvCachedPages,
                                                     &kLinearSlotsTotal,
                                                     &kLinearSlotsUsed,
                                                     &kWaiting,

@@ -127,7 +127,10 @@ absl::Status ValidatePoolStats(const PoolStats& pool) {
         {"max_sequences", pool.max_sequences},
         {"preemptions_total", pool.preemptions_total},
         {"linear_state_slots_total", pool.linear_state_slots_total},
-        {"linear_state_slots_used", pool.linear_state_slots_used}}) {
+        {"linear_state_slots_used", pool.linear_state_slots_used},
+        {"prefix_query_tokens_total", pool.prefix_query_tokens_total},
+        {"prefix_hit_tokens_total", pool.prefix_hit_tokens_total},
+        {"cached_pages", pool.cached_pages}}) {
     if (absl::Status s = CheckNonNegative(name, value); !s.ok()) return s;
   }
   if (absl::Status s = CheckUsed("used_tokens", pool.used_tokens,
@@ -146,6 +149,12 @@ absl::Status ValidatePoolStats(const PoolStats& pool) {
         !s.ok()) {
       return s;
     }
+  }
+  if (absl::Status s = CheckUsed(
+          "prefix_hit_tokens_total", pool.prefix_hit_tokens_total,
+          "prefix_query_tokens_total", pool.prefix_query_tokens_total);
+      !s.ok()) {
+    return s;
   }
   return CheckUsed("linear_state_slots_used", pool.linear_state_slots_used,
                    "linear_state_slots_total", pool.linear_state_slots_total);

@@ -76,6 +76,11 @@ struct PoolStats {
   int64_t preemptions_total = 0;
   int64_t linear_state_slots_total = 0;
   int64_t linear_state_slots_used = 0;
+  // Prefix cache: cumulative prompt tokens looked up and found; free pages
+  // still holding cached data.
+  int64_t prefix_query_tokens_total = 0;
+  int64_t prefix_hit_tokens_total = 0;
+  int64_t cached_pages = 0;
 };
 
 // Fraction of the pool in use, 0..1: used / total pages, or used / capacity
