@@ -55,6 +55,9 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   resp->set_backend(backend_);
   resp->set_pid(getpid());
   resp->set_max_step_tokens(static_cast<int32_t>(max_step_tokens_));
+  resp->set_prefix_cache_query_tokens(stats.prefix_query_tokens);
+  resp->set_prefix_cache_hit_tokens(stats.prefix_hit_tokens);
+  resp->set_cached_pages(stats.pool.cached_pages);
   return grpc::Status::OK;
 }
 

@@ -77,6 +77,43 @@ TEST_F(ServeTest, RawPromptStreamEqualsGenerateGreedy) {
   EXPECT_THAT(r.text, HasSubstr("Lily"));
 }
 
+// Automatic prefix caching through the three processes: a prompt that
+// extends one served before reuses its KV pages (the engine counts the hit
+// tokens) and still streams exactly `pdserve generate`'s greedy tokens.
+TEST_F(ServeTest, ExtendedPromptIsServedFromTheCacheWithTheSameTokens) {
+  const std::string first =
+      "Once upon a time, there was a little girl named Lily. She loved to "
+      "play in the park with her big red ball. One day,";
+  const std::string second = first + " her friend Tom came to the park and";
+  auto engine = serve_->EngineClient();
+  auto info = [&] {
+    grpc::ClientContext ctx;
+    v1::EngineInfo i;
+    EXPECT_TRUE(engine->GetInfo(&ctx, {}, &i).ok());
+    return i;
+  };
+  GenerateResult a = Generate(client_.get(), RawPrompt(first, 8));
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  const std::vector<int32_t> expected = GenerateIds(second, 24);
+  ASSERT_FALSE(expected.empty());
+  const v1::EngineInfo before = info();
+  GenerateResult b = Generate(client_.get(), RawPrompt(second, 24));
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_EQ(b.token_ids, expected);
+  const v1::EngineInfo after = info();
+  const int64_t prompt = b.final.usage().prompt_tokens();
+  EXPECT_EQ(
+      after.prefix_cache_query_tokens() - before.prefix_cache_query_tokens(),
+      prompt);
+  // At least the full pages of `first` (16 tokens each), never the last
+  // prompt token.
+  const int64_t hits =
+      after.prefix_cache_hit_tokens() - before.prefix_cache_hit_tokens();
+  EXPECT_GE(hits, a.final.usage().prompt_tokens() / 16 * 16);
+  EXPECT_LT(hits, prompt);
+  EXPECT_EQ(hits % 16, 0);
+}
+
 TEST_F(ServeTest, ChatStreamEqualsGenerateChatGreedy) {
   const std::vector<int32_t> expected =
       GenerateIds("Tell me a story", 40, true);
