@@ -114,6 +114,14 @@ ROWS = [
             (f"sum(pdserve_frontend_requests_in_flight{{{SEL}}})",
              "in flight (front ends)"),
         ], 6, "ts"),
+        ("Prefix cache hit rate (prompt tokens)", "percentunit", [
+            (f"sum(rate(pdserve_engine_prefix_cache_hits_total{{{SEL}}}[{RI}]))"
+             f" / sum(rate(pdserve_engine_prefix_cache_queries_total{{{SEL}}}"
+             f"[{RI}]))", "hits / queries"),
+            (f"sum(pdserve_engine_kv_cached_pages{{{SEL}}}) / "
+             f"sum(pdserve_engine_kv_capacity_pages{{{SEL}}})",
+             "cached share of the pool"),
+        ], 6, "ts"),
         ("Preemptions, admissions, cancellations", "ops", [
             (f"sum(rate(pdserve_scheduler_admissions_total{{{SEL}}}[{RI}]))",
              "admissions"),
