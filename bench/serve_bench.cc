@@ -208,10 +208,47 @@ nlohmann::json PrefixCacheTtft(const Options& o) {
     if (cold.back() <= 0 || warm_ms.back() <= 0) return {{"error", "no token"}};
     ratios.push_back(warm_ms.back() / cold.back());
   }
+  // A second chat turn (system, question, the model's streamed reply, a
+  // new question): the share of its prompt served from cached pages, which
+  // shows whether the re-tokenized reply lines up with the generated ids.
+  auto engine = serve->EngineClient();
+  auto hits = [&](int64_t* queries) {
+    grpc::ClientContext ctx;
+    v1::EngineInfo info;
+    (void)engine->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+    *queries = info.prefix_cache_query_tokens();
+    return info.prefix_cache_hit_tokens();
+  };
+  v1::GenerateRequest turn;
+  turn.set_max_tokens(64);
+  for (const auto& [role, text] :
+       {std::pair<std::string, std::string>{"system",
+                                            "You are a helpful "
+                                            "assistant."},
+        {"user", "Write a short story about a lighthouse keeper."}}) {
+    auto* m = turn.add_messages();
+    m->set_role(role);
+    m->set_content(text);
+  }
+  GenerateResult first = Generate(stub.get(), turn);
+  auto* reply = turn.add_messages();
+  reply->set_role("assistant");
+  reply->set_content(first.text);
+  auto* next = turn.add_messages();
+  next->set_role("user");
+  next->set_content("Now give the story a title.");
+  turn.set_max_tokens(1);
+  int64_t q0 = 0, q1 = 0;
+  const int64_t h0 = hits(&q0);
+  (void)Generate(stub.get(), turn);
+  const int64_t h1 = hits(&q1);
   return {{"system_prompt_tokens", 1536},
           {"ttft_ms_first_turn", cold},
           {"ttft_ms_cached_system", warm_ms},
-          {"cached_over_first_median", Percentile(ratios, 0.5)}};
+          {"cached_over_first_median", Percentile(ratios, 0.5)},
+          {"second_chat_turn_prompt_tokens", q1 - q0},
+          {"second_chat_turn_cached_fraction",
+           q1 > q0 ? static_cast<double>(h1 - h0) / (q1 - q0) : 0.0}};
 }
 
 nlohmann::json StreamedVsEngine(const Options& o) {
