@@ -30,8 +30,8 @@ absl::Status Policy::Submit(const RequestSpec& request) {
   }
   if (request.max_new_tokens <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("request %d: max_new_tokens %d must be > 0",
-                        request.id, request.max_new_tokens));
+        absl::StrFormat("request %d: max_new_tokens %d must be > 0", request.id,
+                        request.max_new_tokens));
   }
   if (seqs_.contains(request.id)) {
     return absl::InvalidArgumentError(
@@ -49,9 +49,9 @@ absl::Status Policy::Submit(const RequestSpec& request) {
         request.prompt_len, need, pool_.page_size, pool_.total_pages));
   }
   if (waiting() >= config_.max_waiting) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "queue full: %d requests waiting (bound %d)", waiting(),
-        config_.max_waiting));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("queue full: %d requests waiting (bound %d)", waiting(),
+                        config_.max_waiting));
   }
   Seq seq;
   seq.spec = request;
@@ -131,6 +131,7 @@ void Policy::Preempt(SeqId id, StepPlan& plan) {
   s.pages = 0;
   s.kv_tokens = 0;
   s.prefilled = 0;
+  s.cached = 0;
   // Recompute: everything generated so far becomes part of the prompt.
   s.target_prompt = s.spec.prompt_len + s.generated;
   ++s.preemptions;
@@ -156,7 +157,8 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
   for (SeqId id : running_) {
     Seq& s = seqs_.at(id);
     if (s.prefilled < s.target_prompt || budget == 0) continue;
-    const int64_t grow = std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
+    const int64_t grow =
+        std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
     s.pages += grow;
     free_pages_ -= grow;
     plan.items.push_back({id, 1, false, false});
@@ -167,7 +169,7 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
 
 int64_t Policy::ChunkFor(const Seq& s, int64_t budget,
                          const StepPlan& plan) const {
-  const int64_t remaining = s.target_prompt - s.prefilled;
+  const int64_t remaining = s.target_prompt - s.prefilled - s.cached;
   const int64_t hard =
       config_.max_step_tokens > 0
           ? std::max<int64_t>(0, config_.max_step_tokens - plan.decode_tokens -
@@ -191,8 +193,10 @@ void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
     if (budget <= 0 && config_.prefill_chunk > 0) break;
     const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) continue;
+    // Cached tokens ride along for free, ahead of the chunk's real work.
+    const int64_t free = std::min(s.cached, s.target_prompt - s.prefilled - n);
     plan.items.push_back(
-        {id, n, true, s.prefilled + n == s.target_prompt});
+        {id, free + n, true, s.prefilled + free + n == s.target_prompt, free});
     plan.prefill_tokens += n;
     budget = std::max<int64_t>(0, budget - n);
   }
@@ -247,6 +251,16 @@ int64_t Policy::decoding() const {
   return n;
 }
 
+void Policy::MarkPrefixCached(SeqId id, int64_t tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second.running) return;
+  Seq& s = it->second;
+  // Committed plans already cover `prefilled` tokens; the last prompt token
+  // stays real work.
+  s.cached =
+      std::max<int64_t>(0, std::min(tokens, s.target_prompt - 1) - s.prefilled);
+}
+
 void Policy::MarkFinished(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || !it->second.running) return;
@@ -264,6 +278,7 @@ void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
     Seq& s = it->second;
     if (item.prefill) {
       s.prefilled += item.num_tokens;
+      s.cached = std::max<int64_t>(0, s.cached - item.cached_tokens);
       s.kv_tokens = s.prefilled;
       if (item.completes_prompt) ++s.generated;
     } else {
@@ -271,8 +286,7 @@ void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
       ++s.generated;
     }
     // The engine decides when a sequence ends; max_new_tokens is a backstop.
-    if (finished.contains(item.id) ||
-        s.generated >= s.spec.max_new_tokens) {
+    if (finished.contains(item.id) || s.generated >= s.spec.max_new_tokens) {
       Finish(item.id);
     }
   }
@@ -289,9 +303,9 @@ std::string Name(SeqId id) {
 std::string DescribePlan(const StepPlan& plan) {
   std::vector<std::string> head;
   for (SeqId id : plan.release) {
-    const bool preempted = std::find(plan.preempted.begin(),
-                                     plan.preempted.end(),
-                                     id) != plan.preempted.end();
+    const bool preempted =
+        std::find(plan.preempted.begin(), plan.preempted.end(), id) !=
+        plan.preempted.end();
     head.push_back(absl::StrCat(preempted ? "^" : "-", Name(id)));
   }
   for (SeqId id : plan.admit) head.push_back(absl::StrCat("+", Name(id)));
@@ -301,6 +315,8 @@ std::string DescribePlan(const StepPlan& plan) {
   for (const PlanItem& item : plan.items) {
     absl::StrAppend(&out, " ", Name(item.id), item.num_tokens,
                     item.prefill ? "p" : "");
+    if (item.cached_tokens > 0)
+      absl::StrAppend(&out, "(", item.cached_tokens, "c)");
   }
   return out;
 }

@@ -48,9 +48,9 @@ using SeqId = uint64_t;
 // prefill_chunk (0 = chunking off).
 struct PolicyConfig {
   int64_t step_token_budget = 512;  // decode + prefill tokens in one step
-  int64_t prefill_chunk = 256;      // most prompt tokens of one sequence per step
-  int64_t max_running = 64;         // most sequences admitted at once
-  int64_t max_waiting = 1024;       // bound of the waiting queue
+  int64_t prefill_chunk = 256;  // most prompt tokens of one sequence per step
+  int64_t max_running = 64;     // most sequences admitted at once
+  int64_t max_waiting = 1024;   // bound of the waiting queue
   // Hard cap on tokens in one step (the engine's max_step_tokens; 0 = none).
   // Unlike the budget it also splits a prompt when chunking is off.
   int64_t max_step_tokens = 0;
@@ -58,9 +58,9 @@ struct PolicyConfig {
 
 // The engine's KV pool as the policy sees it.
 struct PoolGeometry {
-  int64_t page_size = 16;     // tokens per page
-  int64_t total_pages = 0;    // pages in the pool
-  int64_t max_seq_len = 0;    // capacity of one sequence, tokens
+  int64_t page_size = 16;   // tokens per page
+  int64_t total_pages = 0;  // pages in the pool
+  int64_t max_seq_len = 0;  // capacity of one sequence, tokens
 };
 
 // A request as submitted. Higher priority runs first.
@@ -77,13 +77,18 @@ struct PlanItem {
   int64_t num_tokens = 0;  // prompt tokens to prefill, or 1 for a decode
   bool prefill = false;
   bool completes_prompt = false;  // a token will be sampled after this item
+  // Of num_tokens, the leading ones the engine holds from its prefix cache
+  // (MarkPrefixCached): they cost no budget and no compute.
+  int64_t cached_tokens = 0;
 };
 
 // What the shell does for one step, in this order: Release(release),
 // AddSequence(admit) with each one's recomputed prompt, then Step(items).
 struct StepPlan {
-  std::vector<SeqId> release;    // drop engine state (finished/cancelled/preempted)
-  std::vector<SeqId> cancelled;  // subset of release + waiting drops: end with CANCELLED
+  std::vector<SeqId>
+      release;  // drop engine state (finished/cancelled/preempted)
+  std::vector<SeqId>
+      cancelled;  // subset of release + waiting drops: end with CANCELLED
   std::vector<SeqId> preempted;  // subset of release: back in the waiting queue
   std::vector<SeqId> admit;      // add to the engine before the step
   std::vector<PlanItem> items;   // the batch of this step
@@ -102,11 +107,11 @@ struct ItemOutcome {
 struct SequenceView {
   bool running = false;
   int32_t priority = 0;
-  int64_t prompt_len = 0;   // original prompt
-  int64_t generated = 0;    // tokens generated so far
-  int64_t prefilled = 0;    // tokens of the current (recomputed) prompt in KV
-  int64_t kv_tokens = 0;    // tokens held in KV
-  int64_t pages = 0;        // pages held
+  int64_t prompt_len = 0;  // original prompt
+  int64_t generated = 0;   // tokens generated so far
+  int64_t prefilled = 0;   // tokens of the current (recomputed) prompt in KV
+  int64_t kv_tokens = 0;   // tokens held in KV
+  int64_t pages = 0;       // pages held
   int64_t preemptions = 0;
 };
 
@@ -132,6 +137,14 @@ class Policy {
 
   // Forgets a sequence without planning a release (the engine lost it).
   void Drop(SeqId id);
+
+  // Records that the engine admitted `id` with the first `tokens` tokens of
+  // its current prompt already in KV (its prefix cache). The part not yet
+  // planned joins the next prefill item of `id` for free: outside the token
+  // budget and the chunk size (the engine skips their compute). At least
+  // the prompt's last token is always planned as real work. No-op for an
+  // unknown id or one not prefilling.
+  void MarkPrefixCached(SeqId id, int64_t tokens);
 
   // Builds the next step plan and remembers it for Commit().
   StepPlan Plan();
@@ -169,6 +182,7 @@ class Policy {
     int64_t generated = 0;
     int64_t target_prompt = 0;  // prompt to prefill (original + recomputed)
     int64_t prefilled = 0;
+    int64_t cached = 0;  // prompt tokens past `prefilled` the engine holds
     int64_t kv_tokens = 0;
     int64_t pages = 0;
     int64_t preemptions = 0;
@@ -190,8 +204,8 @@ class Policy {
   PolicyConfig config_;
   PoolGeometry pool_;
   absl::flat_hash_map<SeqId, Seq> seqs_;
-  std::vector<SeqId> waiting_;   // in rank order
-  std::vector<SeqId> running_;   // in rank order
+  std::vector<SeqId> waiting_;     // in rank order
+  std::vector<SeqId> running_;     // in rank order
   std::vector<SeqId> to_release_;  // finished at the last Commit
   absl::flat_hash_set<SeqId> cancel_requested_;
   std::vector<PlanItem> last_items_;
@@ -202,7 +216,8 @@ class Policy {
 
 // Renders a plan as a one-line token diagram, e.g. "-C ^D +E | A1 B1 E4"
 // (release, preempt, admit | items with token counts, prefill items marked
-// with 'p': "E4p"). Ids 65..90 print as letters. For tests and logs.
+// with 'p': "E4p", cached tokens among them in parentheses: "E8p(4c)"). Ids
+// 65..90 print as letters. For tests and logs.
 std::string DescribePlan(const StepPlan& plan);
 
 }  // namespace pdserve::scheduler

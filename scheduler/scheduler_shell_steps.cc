@@ -181,6 +181,9 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
     policy_->Drop(r.seq_id());
     engine_forget_.push_back(r.seq_id());
   }
+  for (const v1::CachedPrefix& c : resp.cached()) {
+    policy_->MarkPrefixCached(c.seq_id(), c.tokens());
+  }
   if (resp.outputs_size() > 0) {
     ++steps_;
     samples_.push_back(

@@ -114,6 +114,10 @@ class EngineCore::Impl {
   absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
   absl::Status Release(SequenceId id);
   EngineStats Stats() const;
+  int64_t CachedPrefixTokens(SequenceId id) const {
+    auto it = seqs_.find(id);
+    return it == seqs_.end() ? 0 : it->second->cached_skip;
+  }
   int64_t ResidentBytes() const { return pool_->ResidentBytes(); }
   absl::Span<const float> LastLogits(SequenceId id) const;
 
@@ -296,16 +300,17 @@ absl::Status EngineCore::Impl::ValidatePlan(
           " but only ", seq.pending(), " are pending (prompt ", seq.prompt_len,
           ", generated ", seq.generated, ")"));
     }
-    total_tokens += e.num_tokens;
+    // Cached prefix tokens cost nothing: only computed ones count.
     const int64_t compute =
         std::max<int64_t>(0, e.num_tokens - seq.cached_skip);
+    total_tokens += compute;
     pages_needed += pool_->PagesNeeded(e.id, seq.state.next_pos() + compute);
   }
   if (total_tokens > options_.max_step_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step plan holds ", total_tokens,
-                     " tokens; the engine's limit is max_step_tokens=",
-                     options_.max_step_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step plan holds ", total_tokens,
+        " tokens to compute; the engine's limit is max_step_tokens=",
+        options_.max_step_tokens));
   }
   // Each running entry needs a logits row; running sequences are at most
   // max_sequences and each takes >= 1 token, so rows <= max_rows_ holds.
@@ -613,6 +618,9 @@ absl::Status EngineCore::Step(absl::Span<const StepPlanEntry> plan,
 }
 
 absl::Status EngineCore::Release(SequenceId id) { return impl_->Release(id); }
+int64_t EngineCore::CachedPrefixTokens(SequenceId id) const {
+  return impl_->CachedPrefixTokens(id);
+}
 
 const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
 EngineStats EngineCore::Stats() const { return impl_->Stats(); }

@@ -182,6 +182,9 @@ class EngineCore {
   // Forgets `id` and frees its pages and state at once (finish or cancel).
   // NOT_FOUND for an unknown id.
   absl::Status Release(SequenceId id);
+  // Prompt tokens of `id` taken from the prefix cache that plan entries have
+  // not yet covered (all of them right after AddSequence); 0 when unknown.
+  int64_t CachedPrefixTokens(SequenceId id) const;
 
   const KvGeometry& Geometry() const;
   EngineStats Stats() const;

@@ -258,7 +258,14 @@ void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
   for (const v1::AddSequenceRequest& add : req.admit()) {
     if (cancelled_.contains(add.seq_id())) continue;
     absl::Status s = AddLocked(add);
-    if (s.ok()) continue;
+    if (s.ok()) {
+      if (const int64_t c = core_->CachedPrefixTokens(add.seq_id()); c > 0) {
+        v1::CachedPrefix* cached = resp->add_cached();
+        cached->set_seq_id(add.seq_id());
+        cached->set_tokens(static_cast<int32_t>(c));
+      }
+      continue;
+    }
     rejected_.insert(add.seq_id());
     v1::RejectedSequence* r = resp->add_rejected();
     r->set_seq_id(add.seq_id());

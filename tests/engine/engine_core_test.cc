@@ -177,7 +177,7 @@ TEST_F(EngineCoreTest, StepLimitAndPoolExhaustion) {
                   .ok());
   StepResult r;
   EXPECT_EQ(e->Step({{1, 40}, {2, 40}}, &r).message(),
-            "step plan holds 80 tokens; the engine's limit is "
+            "step plan holds 80 tokens to compute; the engine's limit is "
             "max_step_tokens=64");
   ASSERT_TRUE(e->Step({{1, 40}}, &r).ok());  // 3 pages
   absl::Status s = e->Step({{2, 20}}, &r);   // 2 pages, 1 free

@@ -171,6 +171,33 @@ TEST_F(EnginePrefixTest, TwoSharersInOneBatchAndAChunkOfOnlyCachedTokens) {
   }
 }
 
+// A scheduler told the cached length (CachedPrefixTokens) plans them all in
+// one entry beside a real chunk: only the computed tokens count against
+// max_step_tokens (256 here), so a 300-token cached prefix fits one step.
+TEST_F(EnginePrefixTest, CachedTokensDoNotCountAgainstTheStepLimit) {
+  auto e = Make(true, 8 << 20);
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> system = Tokens(320, 8);
+  Play(*e, {system}, 1, 160, 1);
+  std::vector<int32_t> prompt = system;
+  prompt.push_back(5);
+  SamplingParams greedy;
+  ASSERT_TRUE(e->AddSequence(2, prompt, 512, greedy, {}, 4).ok());
+  EXPECT_EQ(e->CachedPrefixTokens(2), 320);
+  EXPECT_EQ(e->CachedPrefixTokens(99), 0);
+  StepResult r;
+  ASSERT_TRUE(e->Step({{2, 321}}, &r).ok());  // 320 cached + 1 computed
+  EXPECT_TRUE(r.sequences[0].has_token);
+  EXPECT_EQ(r.sequences[0].tokens_processed, 1);
+  EXPECT_EQ(e->CachedPrefixTokens(2), 0);
+  ASSERT_TRUE(e->Release(2).ok());
+  // Without the cache the same entry is over the limit.
+  ASSERT_TRUE(e->AddSequence(3, Tokens(321, 9), 512, greedy, {}, 4).ok());
+  EXPECT_EQ(e->Step({{3, 321}}, &r).message(),
+            "step plan holds 321 tokens to compute; the engine's limit is "
+            "max_step_tokens=256");
+}
+
 TEST_F(EnginePrefixTest, CachedPagesAreReclaimedUnderPressure) {
   // A pool of few pages: the second prompt needs pages the first left
   // cached; the prefix of the first is then gone, and outputs still match.

@@ -23,8 +23,9 @@ class Driver {
   Driver(PolicyConfig config, PoolGeometry pool) : policy(config, pool) {}
 
   void Submit(char id, int64_t prompt, int64_t max_new, int32_t priority = 0) {
-    ASSERT_TRUE(policy.Submit({static_cast<SeqId>(id), priority, prompt,
-                               max_new}).ok());
+    ASSERT_TRUE(
+        policy.Submit({static_cast<SeqId>(id), priority, prompt, max_new})
+            .ok());
   }
   std::string Step(std::vector<char> finish = {}) {
     StepPlan plan = policy.Plan();
@@ -54,12 +55,13 @@ TEST(PolicyTest, DecodesFirstThenChunkedPrefillWithinBudget) {
   Driver d({.step_token_budget = 8, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 10, 3);
   d.Submit('B', 3, 3);
-  EXPECT_THAT(d.Steps(6), ElementsAre("+A +B | A4p B3p",  // 7 of 8 tokens
-                                      "| B1 A4p",         // decode first
-                                      "| B1 A2p",  // A's prompt done, B's 3rd token
-                                      "-B | A1",   // B released
-                                      "| A1",      // A's 3rd token
-                                      "-A |"));
+  EXPECT_THAT(d.Steps(6),
+              ElementsAre("+A +B | A4p B3p",  // 7 of 8 tokens
+                          "| B1 A4p",         // decode first
+                          "| B1 A2p",         // A's prompt done, B's 3rd token
+                          "-B | A1",          // B released
+                          "| A1",             // A's 3rd token
+                          "-A |"));
   EXPECT_TRUE(d.policy.idle());
   EXPECT_EQ(d.policy.free_pages(), 100);
 }
@@ -88,15 +90,40 @@ TEST(PolicyTest, OptimisticCommitThenLateFinish) {
   EXPECT_EQ(d.policy.free_pages(), 100);
 }
 
+// The engine reports that B's admission found 12 of its 18 prompt tokens in
+// its prefix cache while the next step (chunk 4 of B) is already planned:
+// the step after that carries the 4 cached tokens not yet planned, for free
+// ("(4c)": outside the budget and the chunk), plus a real chunk. The last
+// prompt token is always real work; a report past the planned part, or for
+// an unknown or decoding sequence, changes nothing.
+TEST(PolicyTest, CachedPrefixJoinsTheNextChunkForFree) {
+  Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 2, 9);
+  d.Submit('B', 18, 3);
+  EXPECT_EQ(d.Step(), "+A +B | A2p B4p");
+  EXPECT_EQ(d.Step(), "| A1 B4p");  // planned before the report arrives
+  d.policy.MarkPrefixCached('B', 12);
+  d.policy.MarkPrefixCached('Z', 12);
+  d.policy.MarkPrefixCached('A', 12);   // decoding: ignored
+  EXPECT_EQ(d.Step(), "| A1 B8p(4c)");  // 8..12 cached, 12..16 computed
+  EXPECT_EQ(d.Step(), "| A1 B2p");
+  EXPECT_EQ(d.Step(), "| A1 B1");
+  EXPECT_EQ(d.policy.View('B').prefilled, 18);
+  // A whole prompt cached but its last token: one free item, one real token.
+  d.Submit('C', 9, 2);
+  EXPECT_EQ(d.Step(), "+C | A1 B1 C4p");
+  d.policy.MarkPrefixCached('C', 9);
+  EXPECT_EQ(d.Step(), "-B | A1 C5p(4c)");
+  EXPECT_EQ(d.policy.View('C').prefilled, 9);
+}
+
 TEST(PolicyTest, BudgetCapsPrefillAcrossSequences) {
   Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 5, 2);
   d.Submit('B', 5, 2);
   d.Submit('C', 5, 2);
-  EXPECT_THAT(d.Steps(4), ElementsAre("+A +B | A4p B2p",
-                                      "+C | A1p B3p C2p",
-                                      "| A1 B1 C3p",
-                                      "-A -B | C1"));
+  EXPECT_THAT(d.Steps(4), ElementsAre("+A +B | A4p B2p", "+C | A1p B3p C2p",
+                                      "| A1 B1 C3p", "-A -B | C1"));
 }
 
 TEST(PolicyTest, ChunkingOffPrefillsWholePromptAndOverrunsBudgetAlone) {
@@ -171,8 +198,8 @@ TEST(PolicyTest, PriorityFirstThenFcfs) {
   d.Submit('B', 2, 1);
   d.Submit('C', 2, 1, /*priority=*/5);
   d.Submit('D', 2, 1, /*priority=*/5);
-  EXPECT_THAT(d.Steps(5), ElementsAre("+C | C2p", "-C +D | D2p",
-                                      "-D +A | A2p", "-A +B | B2p", "-B |"));
+  EXPECT_THAT(d.Steps(5), ElementsAre("+C | C2p", "-C +D | D2p", "-D +A | A2p",
+                                      "-A +B | B2p", "-B |"));
 }
 
 TEST(PolicyTest, GrowthPreemptsLowestPriorityLatestArrival) {
@@ -258,7 +285,8 @@ TEST(PolicyTest, RejectsWhatCanNeverFit) {
   Policy p({}, Pool(4, 2, 32));
   absl::Status s = p.Submit({1, 0, 40, 1});
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(s.message(), HasSubstr("40 tokens exceeds the sequence capacity of 32"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("40 tokens exceeds the sequence capacity of 32"));
   s = p.Submit({2, 0, 8, 1});  // 9 tokens need 3 pages of the 2
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("needs 3 KV pages"));
@@ -274,9 +302,10 @@ TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
     const int64_t chunk = trial % 3 == 0 ? 0 : 1 + rng() % 16;
-    PolicyConfig config{.step_token_budget = 8 + static_cast<int64_t>(rng() % 24),
-                        .prefill_chunk = chunk,
-                        .max_running = 1 + static_cast<int64_t>(rng() % 6)};
+    PolicyConfig config{
+        .step_token_budget = 8 + static_cast<int64_t>(rng() % 24),
+        .prefill_chunk = chunk,
+        .max_running = 1 + static_cast<int64_t>(rng() % 6)};
     Policy p(config, Pool(4, 6 + rng() % 10, 24));
     std::vector<RequestSpec> reqs;
     absl::flat_hash_map<SeqId, int64_t> tokens;
@@ -313,7 +342,8 @@ TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
         ASSERT_EQ(tokens[id], p.View(id).generated);
       }
       std::vector<ItemOutcome> outcomes;
-      for (const PlanItem& item : plan.items) outcomes.push_back({item.id, false});
+      for (const PlanItem& item : plan.items)
+        outcomes.push_back({item.id, false});
       p.Commit(outcomes);
     }
     ASSERT_TRUE(p.idle()) << "trial " << trial << " did not drain";
