@@ -49,10 +49,12 @@ using avx512::kBlockBytes;
 using avx512::kLaneMinTokens;
 using avx512::kRowTile;
 using avx512::LaneRows;
+using avx512::LoadFloatRow16;
 using avx512::Layout;
 using avx512::MakeLayout;
 using avx512::PrepareLanes;
 using avx512::QuantizeBlock;
+using avx512::TailMask;
 
 // Token tile of the float kernels and of the block-lane quantized kernel.
 template <DType kType>
@@ -332,20 +334,6 @@ void QuantTile(const WeightView& w, int64_t r0, const uint8_t* xq,
 // ---- Float kernels
 // -----------------------------------------------------------
 
-template <DType kType>
-inline __m512 LoadW(const uint8_t* row, int64_t i, __mmask16 mask) {
-  if constexpr (kType == DType::kF32) {
-    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + i);
-  } else if constexpr (kType == DType::kF16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-        mask, reinterpret_cast<const uint16_t*>(row) + i));
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(
-        mask, reinterpret_cast<const uint16_t*>(row) + i);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
 template <DType kType, int R, int T>
 void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
   const WeightView& w = *a.w;
@@ -378,7 +366,7 @@ void FloatTile(const MatMulArgs& a, int64_t r0, int64_t t0) {
                          i * (kType == DType::kF32 ? 4 : 2),
                      _MM_HINT_T0);
       }
-      const __m512 wv = LoadW<kType>(rows[r], i, mask);
+      const __m512 wv = LoadFloatRow16<kType>(rows[r], i, mask);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
         acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
@@ -510,11 +498,6 @@ inline __m512 Exp(__m512 x) {
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r),
                       _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
-}
-
-inline __mmask16 TailMask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << left) - 1);
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {

@@ -38,26 +38,6 @@ constexpr int kGemmTokTile = 12;
 // sweep over them).
 constexpr int64_t kChunkBytes = 1 << 20;
 
-inline __mmask16 Mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << left) - 1);
-}
-
-// 16 values of a weight row from column i as f32 (lanes past `mask` are 0).
-template <DType kType>
-inline __m512 LoadRow16(const uint8_t* row, int64_t i, __mmask16 mask) {
-  if constexpr (kType == DType::kF32) {
-    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + i);
-  } else if constexpr (kType == DType::kF16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-        mask, reinterpret_cast<const uint16_t*>(row) + i));
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(
-        mask, reinterpret_cast<const uint16_t*>(row) + i);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
 // In-register 16 x 16 transpose: on return r[j] lane i = (old) r[i] lane j.
 inline void Transpose16(__m512* r) {
   __m512 t[16], u[16];
@@ -97,11 +77,12 @@ void PackPanel(const WeightView& w, int64_t r0, int64_t nr, int64_t M,
       continue;
     }
     for (int64_t m = 0; m < M; ++m) {
-      const __mmask16 mask = Mask(w.cols - 16 * m);
+      const __mmask16 mask = TailMask(w.cols - 16 * m);
       __m512 v[16];
       for (int i = 0; i < 16; ++i) {
-        v[i] = i < rows ? LoadRow16<kType>(w.row(r0 + 16 * h + i), 16 * m, mask)
-                        : _mm512_setzero_ps();
+        v[i] = i < rows
+                   ? LoadFloatRow16<kType>(w.row(r0 + 16 * h + i), 16 * m, mask)
+                   : _mm512_setzero_ps();
       }
       Transpose16(v);
       for (int j = 0; j < 16; ++j) {
@@ -122,7 +103,7 @@ void PackTokens(const MatMulArgs& a, int64_t cols, int64_t M, int64_t t0,
   for (int t = 0; t < 16; ++t)
     xt[t] = a.x + (t0 + std::min<int64_t>(t, nt - 1)) * a.x_stride;
   for (int64_t m = 0; m < M; ++m) {
-    const __mmask16 mask = Mask(cols - 16 * m);
+    const __mmask16 mask = TailMask(cols - 16 * m);
     __m512 v[16];
     for (int t = 0; t < 16; ++t) {
       v[t] = t < nt ? _mm512_maskz_loadu_ps(mask, xt[t] + 16 * m)
@@ -197,7 +178,8 @@ __attribute__((noinline)) void PanelTile(const float* wp, const float* xp,
       }
     }
   }
-  const __mmask16 m0 = Mask(nr), m1 = Mask(std::max<int64_t>(0, nr - 16));
+  const __mmask16 m0 = TailMask(nr),
+                  m1 = TailMask(std::max<int64_t>(0, nr - 16));
   for (int t = 0; t < nt; ++t) {
     float* y = a.y + (t0 + t) * a.y_stride + o0;
     _mm512_mask_storeu_ps(y, m0, s.acc[0][t]);

@@ -1,4 +1,4 @@
-// Internal to the AVX-512 kernels (matmul_avx512.cc, matmul_avx512_lanes.cc):
+// Internal to the AVX-512 kernels (matmul_avx512.cc, _lanes.cc, _gemm.cc):
 // constants, the prepared-activation layout and helpers both files share.
 // Only include from translation units compiled with the AVX-512 flags.
 #ifndef PDSERVE_KERNELS_MATMUL_AVX512_INTERNAL_H_
@@ -21,6 +21,28 @@ constexpr int kLanes = 16;
 // Token-lane activations per (16-token group, block): 8 vectors of 16 tokens
 // x 4 u8 values, then d_x for the 16 tokens, then d_x * sum(q) (Q4_1).
 constexpr int64_t kLaneBlockBytes = 8 * 64 + 64 + 64;
+
+// Lanes [0, left) of a 16-lane vector (all of them from 16 on).
+inline __mmask16 TailMask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff)
+                    : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// 16 values of a float weight row (F32, F16, BF16) from column i as f32;
+// lanes past `mask` are 0.
+template <DType kType>
+inline __m512 LoadFloatRow16(const uint8_t* row, int64_t i, __mmask16 mask) {
+  if constexpr (kType == DType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+        mask, reinterpret_cast<const uint16_t*>(row) + i));
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(
+        mask, reinterpret_cast<const uint16_t*>(row) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
 
 // The prepared activations of one MatMul call.
 struct Layout {
