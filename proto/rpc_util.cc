@@ -20,14 +20,16 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
+absl::Status CheckPort(int64_t port) {
+  if (port >= 0 && port <= 65535) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--port ", port, " is outside 0..65535"));
+}
+
 absl::StatusOr<StartedServer> StartServer(
     const std::string& host, int64_t port,
     const std::vector<grpc::Service*>& services) {
-  if (port < 0 || port > 65535) {
-    // gRPC would take the port modulo 2^16 and listen somewhere else.
-    return absl::InvalidArgumentError(
-        absl::StrCat("--port ", port, " is outside 0..65535"));
-  }
+  if (absl::Status s = CheckPort(port); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -38,7 +40,8 @@ absl::StatusOr<StartedServer> StartServer(
   builder.SetMaxReceiveMessageSize(64 << 20);
   // Accept the clients' 1 s keepalive pings (MakeChannel) instead of
   // answering them with GOAWAY "too_many_pings".
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   for (grpc::Service* s : services) builder.RegisterService(s);

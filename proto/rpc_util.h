@@ -24,6 +24,10 @@ struct StartedServer {
   int port = 0;
 };
 
+// OK for a TCP port (0..65535, 0 = any free one); else INVALID_ARGUMENT
+// "--port N is outside 0..65535" (gRPC would listen on N modulo 2^16).
+absl::Status CheckPort(int64_t port);
+
 // Builds and starts a server on host:port (port 0 = any free port) with the
 // given services, grpc.health.v1.Health (every service NOT_SERVING until the
 // caller sets it) and server reflection. UNAVAILABLE names the address when

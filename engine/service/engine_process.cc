@@ -130,10 +130,7 @@ int RunEngineProcess(const cli::CliArgs& args) {
   for (const auto* v : {&port, &threads, &page, &max_seqs, &max_step}) {
     if (!v->ok()) return Fail("flags", v->status());
   }
-  if (*port < 0 || *port > 65535) {
-    return Fail("flags", absl::InvalidArgumentError(absl::StrCat(
-                             "--port ", *port, " is outside 0..65535")));
-  }
+  if (absl::Status s = rpc::CheckPort(*port); !s.ok()) return Fail("flags", s);
   options.page_size = *page;
   options.max_sequences = *max_seqs;
   options.max_step_tokens = *max_step;

@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -156,8 +155,7 @@ constexpr int kStartAttempts = 3;
 
 // 0 when `path` exists and is readable, else 1 with a message on stderr.
 int CheckModelPath(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
+  if (access(path.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "pdserve serve: --model %s: %s\n", path.c_str(),
                  std::strerror(errno));
     return 1;

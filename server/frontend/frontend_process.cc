@@ -71,9 +71,9 @@ int RunFrontendProcess(const cli::CliArgs& args) {
                  std::string((port.ok() ? drain : port).status().message()).c_str());
     return 2;
   }
-  if (*port < 0 || *port > 65535) {
-    std::fprintf(stderr, "pdserve frontend: --port %lld is outside 0..65535\n",
-                 static_cast<long long>(*port));
+  if (absl::Status s = rpc::CheckPort(*port); !s.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string(s.message()).c_str());
     return 2;
   }
   const std::string scheduler_addr = args.String("scheduler", "127.0.0.1:50052");
