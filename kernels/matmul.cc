@@ -110,20 +110,8 @@ namespace {
 // Scratch for prepared activations: grows to the largest call seen on this
 // thread and is then reused, so steady-state calls do not allocate.
 uint8_t* Scratch(int64_t bytes) {
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> raw;
-    int64_t capacity = 0;
-    uint8_t* aligned = nullptr;
-  };
-  thread_local Buffer buf;
-  if (bytes > buf.capacity) {
-    const int64_t cap = std::max<int64_t>(bytes, buf.capacity * 3 / 2);
-    buf.raw.reset(new uint8_t[cap + 64]);
-    buf.capacity = cap;
-    const auto addr = reinterpret_cast<uintptr_t>(buf.raw.get());
-    buf.aligned = buf.raw.get() + ((64 - addr % 64) % 64);
-  }
-  return buf.aligned;
+  thread_local AlignedScratch buf;
+  return buf.Get(bytes);
 }
 
 }  // namespace

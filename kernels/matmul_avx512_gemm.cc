@@ -195,20 +195,9 @@ __attribute__((noinline)) void PanelTile(const float* wp, const float* xp,
 // growth after warm-up would be a heap allocation in a steady-state step.
 float* PackBuffer(int64_t floats) {
   constexpr int64_t kMinFloats = kChunkBytes / 4 + 16 * 4096;
-  struct Buffer {
-    std::unique_ptr<float[]> raw;
-    int64_t capacity = 0;
-    float* aligned = nullptr;
-  };
-  thread_local Buffer buf;
-  if (floats > buf.capacity) {
-    floats = std::max(floats, kMinFloats);
-    buf.raw.reset(new float[floats + 16]);
-    buf.capacity = floats;
-    const auto addr = reinterpret_cast<uintptr_t>(buf.raw.get());
-    buf.aligned = buf.raw.get() + ((64 - addr % 64) % 64) / sizeof(float);
-  }
-  return buf.aligned;
+  thread_local AlignedScratch buf;
+  return reinterpret_cast<float*>(
+      buf.Get(floats * sizeof(float), kMinFloats * sizeof(float)));
 }
 
 template <DType kType>

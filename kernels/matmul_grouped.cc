@@ -27,9 +27,7 @@ constexpr int64_t kMinUnitCost = 64 << 10;
 
 // Per calling thread; grows to the largest call seen and is then reused.
 struct Scratch {
-  std::unique_ptr<uint8_t[]> raw;
-  int64_t capacity = 0;
-  uint8_t* aligned = nullptr;
+  AlignedScratch bytes;            // prepared activations
   std::vector<int64_t> xq_offset;  // [groups] prepared bytes, -1: none
   std::vector<int64_t> prep_end;   // [groups] prefix of prepare units
   std::vector<int64_t> unit_end;   // [groups] prefix of row units
@@ -43,16 +41,7 @@ struct Scratch {
       unit_rows.resize(n);
     }
   }
-  uint8_t* Bytes(int64_t bytes) {
-    if (bytes > capacity) {
-      const int64_t cap = std::max<int64_t>(bytes, capacity * 3 / 2);
-      raw.reset(new uint8_t[cap + 64]);
-      capacity = cap;
-      const auto addr = reinterpret_cast<uintptr_t>(raw.get());
-      aligned = raw.get() + ((64 - addr % 64) % 64);
-    }
-    return aligned;
-  }
+  uint8_t* Bytes(int64_t n) { return bytes.Get(n); }
 };
 
 Scratch& ThreadScratch() {

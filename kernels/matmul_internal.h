@@ -14,8 +14,10 @@
 #ifndef PDSERVE_KERNELS_MATMUL_INTERNAL_H_
 #define PDSERVE_KERNELS_MATMUL_INTERNAL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -106,6 +108,29 @@ std::vector<const IsaKernels*> SupportedKernels();
 void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 ThreadPool& pool);
+
+// A growable 64-byte-aligned buffer, for one thread's scratch space
+// (declare it thread_local): reused across calls, so steady-state calls do
+// not allocate. A growth takes at least `min_bytes` and half again the old
+// capacity. Contents are not kept across a growth.
+class AlignedScratch {
+ public:
+  uint8_t* Get(int64_t bytes, int64_t min_bytes = 0) {
+    if (bytes > capacity_) {
+      const int64_t cap = std::max({bytes, min_bytes, capacity_ * 3 / 2});
+      raw_.reset(new uint8_t[cap + 64]);
+      capacity_ = cap;
+      const auto addr = reinterpret_cast<uintptr_t>(raw_.get());
+      aligned_ = raw_.get() + ((64 - addr % 64) % 64);
+    }
+    return aligned_;
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> raw_;
+  int64_t capacity_ = 0;
+  uint8_t* aligned_ = nullptr;
+};
 
 }  // namespace pdserve::kernels_internal
 
