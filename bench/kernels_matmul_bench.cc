@@ -4,6 +4,8 @@
 //       bytes, over enough copies of the matrix (~96 MiB, the size of the
 //       SmolLM2-135M Q4_1 model) that it is not served from L2
 //   BM_Gemm/<dtype>/<rows>x<cols>/tokens:T/threads:N   GFLOP/s (2*r*c*T)
+//   .../packed   the same with the weights packed at load (PackWeights) for
+//       the active SIMD level, where it packs
 //   BM_SmolLM2Matmuls/Q4_1/tokens:T/threads:N   every matrix product of one
 //       SmolLM2-135M step (a decode batch of T <= 64 sequences, the LM head
 //       on every token; or a prefill chunk T=512, the LM head on its last
@@ -35,13 +37,16 @@ namespace {
 static int64_t kWorkingSet =
     std::getenv("KB_WS") ? std::atoll(std::getenv("KB_WS")) : 96ll << 20;
 
-// `copies` identical-shape random matrices in one allocation.
+// `copies` identical-shape random matrices in one allocation (and their
+// packed copies, when packed).
 struct Matrices {
   std::vector<uint8_t> bytes;
   std::vector<WeightView> views;
+  std::vector<uint8_t> packed;
 };
 
-Matrices MakeMatrices(DType type, int64_t rows, int64_t cols, int copies) {
+Matrices MakeMatrices(DType type, int64_t rows, int64_t cols, int copies,
+                      bool pack = false) {
   Matrices m;
   const int64_t row_bytes = RowBytes(type, cols).value();
   const int64_t mat_bytes = row_bytes * rows;
@@ -60,6 +65,15 @@ Matrices MakeMatrices(DType type, int64_t rows, int64_t cols, int copies) {
     m.views.push_back(WeightView{type, rows, cols, row_bytes,
                                  m.bytes.data() + c * mat_bytes});
   }
+  const int64_t packed_bytes = pack ? PackedWeightBytes(m.views[0]) : 0;
+  if (packed_bytes > 0) {
+    m.packed.resize(packed_bytes * copies + 64);
+    const auto addr = reinterpret_cast<uintptr_t>(m.packed.data());
+    uint8_t* base = m.packed.data() + (64 - addr % 64) % 64;
+    for (int c = 0; c < copies; ++c) {
+      m.views[c] = PackWeights(m.views[c], base + c * packed_bytes);
+    }
+  }
   return m;
 }
 
@@ -72,11 +86,11 @@ std::vector<float> RandomVec(int64_t n) {
 }
 
 void MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols,
-            int threads) {
+            int threads, bool pack) {
   const int64_t mat_bytes = RowBytes(type, cols).value() * rows;
   const int copies =
       static_cast<int>(std::clamp<int64_t>(kWorkingSet / mat_bytes, 1, 4096));
-  Matrices m = MakeMatrices(type, rows, cols, copies);
+  Matrices m = MakeMatrices(type, rows, cols, copies, pack);
   ThreadPool pool(threads);
   std::vector<float> x = RandomVec(cols), y(rows);
   int next = 0;
@@ -95,8 +109,8 @@ void MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols,
 }
 
 void Gemm(benchmark::State& state, DType type, int64_t rows, int64_t cols,
-          int64_t tokens, int threads) {
-  Matrices m = MakeMatrices(type, rows, cols, 1);
+          int64_t tokens, int threads, bool pack) {
+  Matrices m = MakeMatrices(type, rows, cols, 1, pack);
   ThreadPool pool(threads);
   std::vector<float> x = RandomVec(cols * tokens), y(rows * tokens);
   for (auto _ : state) {
@@ -170,7 +184,7 @@ void Memcpy(benchmark::State& state, int64_t bytes) {
 // layers of Q4_1 (q, k, v, o, gate, up, down) and the Q8_0 tied LM head.
 // One iteration = one decode step (tokens = 1) or one prefill chunk.
 void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
-                  int threads) {
+                  int threads, bool pack) {
   constexpr int kLayers = 30;
   constexpr int64_t kHidden = 576, kKv = 192, kInter = 1536, kVocab = 49152;
   const std::pair<int64_t, int64_t> shapes[] = {
@@ -181,11 +195,11 @@ void ModelMatmuls(benchmark::State& state, DType layer_type, int64_t tokens,
   int64_t bytes = 0;
   for (int l = 0; l < kLayers; ++l) {
     for (const auto& [rows, cols] : shapes) {
-      mats.push_back(MakeMatrices(layer_type, rows, cols, 1));
+      mats.push_back(MakeMatrices(layer_type, rows, cols, 1, pack));
       bytes += mats.back().views[0].row_bytes * rows;
     }
   }
-  mats.push_back(MakeMatrices(DType::kQ8_0, kVocab, kHidden, 1));
+  mats.push_back(MakeMatrices(DType::kQ8_0, kVocab, kHidden, 1, pack));
   bytes += mats.back().views[0].row_bytes * kVocab;
   ThreadPool pool(threads);
   std::vector<float> x = RandomVec(tokens * kInter), y(tokens * kVocab);
@@ -239,39 +253,19 @@ constexpr Shape kShapes[] = {
 constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
                             DType::kF16,  DType::kBF16, DType::kF32};
 
-void Register() {
-  for (int threads : {1, 2}) {
-    for (int64_t tokens : {1, 4, 5, 8, 16, 64, 512}) {
-      benchmark::RegisterBenchmark(
-          ("BM_SmolLM2Matmuls/Q4_1/tokens:" + std::to_string(tokens) +
-           "/threads:" + std::to_string(threads))
-              .c_str(),
-          [=](benchmark::State& s) {
-            ModelMatmuls(s, DType::kQ4_1, tokens, threads);
-          })
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.5)
-          ->UseRealTime();
-    }
-  }
-  // Float weights: the GEMM kernel from kGemmMinTokens tokens on, mat-vec
-  // tiles below.
-  for (DType type : {DType::kF16, DType::kBF16}) {
-    for (int threads : {1, 2}) {
-      for (int64_t tokens : {1, 8, 12, 16, 32, 64, 512}) {
-        benchmark::RegisterBenchmark(
-            ("BM_SmolLM2Matmuls/" + std::string(DTypeName(type)) + "/tokens:" +
-             std::to_string(tokens) + "/threads:" + std::to_string(threads))
-                .c_str(),
-            [=](benchmark::State& s) {
-              ModelMatmuls(s, type, tokens, threads);
-            })
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.5)
-            ->UseRealTime();
-      }
-    }
-  }
+// "" or "/packed" (only where the active level packs).
+std::vector<bool> PackVariants() {
+  const uint8_t probe[34] = {};
+  const WeightView w{DType::kQ8_0, 1, 32, 34, probe};
+  if (PackedWeightBytes(w) > 0) return {false, true};
+  return {false};
+}
+std::string Suffix(bool pack) { return pack ? "/packed" : ""; }
+
+void RegisterWith(bool pack);
+
+// Bandwidth probes and the LogSumExp comparison (once).
+void RegisterProbes() {
   for (bool simd : {true, false}) {
     benchmark::RegisterBenchmark(
         simd ? "BM_LogSumExp/49152" : "BM_LogSumExpScalarExp/49152",
@@ -295,16 +289,58 @@ void Register() {
       ->Unit(benchmark::kMillisecond)
       ->MinTime(0.3)
       ->UseRealTime();
+}
+
+void Register() {
+  for (bool pack : PackVariants()) RegisterWith(pack);
+  RegisterProbes();
+}
+
+void RegisterWith(bool pack) {
+  for (int threads : {1, 2}) {
+    for (int64_t tokens : {1, 4, 5, 8, 16, 64, 512}) {
+      benchmark::RegisterBenchmark(
+          ("BM_SmolLM2Matmuls/Q4_1/tokens:" + std::to_string(tokens) +
+           "/threads:" + std::to_string(threads) + Suffix(pack))
+              .c_str(),
+          [=](benchmark::State& s) {
+            ModelMatmuls(s, DType::kQ4_1, tokens, threads, pack);
+          })
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5)
+          ->UseRealTime();
+    }
+  }
+  // Float weights: the GEMM kernel from kGemmMinTokens tokens on, mat-vec
+  // tiles below.
+  for (DType type : {DType::kF16, DType::kBF16}) {
+    for (int threads : {1, 2}) {
+      for (int64_t tokens : {1, 8, 12, 16, 32, 64, 512}) {
+        benchmark::RegisterBenchmark(
+            ("BM_SmolLM2Matmuls/" + std::string(DTypeName(type)) + "/tokens:" +
+             std::to_string(tokens) + "/threads:" + std::to_string(threads) +
+             Suffix(pack))
+                .c_str(),
+            [=](benchmark::State& s) {
+              ModelMatmuls(s, type, tokens, threads, pack);
+            })
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.5)
+            ->UseRealTime();
+      }
+    }
+  }
   for (DType type : kTypes) {
     for (const Shape& sh : kShapes) {
       for (int threads : {1, 2}) {
         const std::string name =
             std::string(DTypeName(type)) + "/" + std::to_string(sh.rows) + "x" +
-            std::to_string(sh.cols) + "/threads:" + std::to_string(threads);
+            std::to_string(sh.cols) + "/threads:" + std::to_string(threads) +
+            Suffix(pack);
         benchmark::RegisterBenchmark(("BM_MatVec/" + name).c_str(),
                                      [=](benchmark::State& s) {
                                        MatVec(s, type, sh.rows, sh.cols,
-                                              threads);
+                                              threads, pack);
                                      })
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2)
@@ -320,10 +356,10 @@ void Register() {
             ("BM_Gemm/" + std::string(DTypeName(type)) + "/" +
              std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
              "/tokens:" + std::to_string(tokens) +
-             "/threads:" + std::to_string(threads))
+             "/threads:" + std::to_string(threads) + Suffix(pack))
                 .c_str(),
             [=](benchmark::State& s) {
-              Gemm(s, type, sh.rows, sh.cols, tokens, threads);
+              Gemm(s, type, sh.rows, sh.cols, tokens, threads, pack);
             })
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.2)

@@ -116,10 +116,35 @@ uint8_t* Scratch(int64_t bytes) {
 
 }  // namespace
 
+RowKernels KernelsFor(const IsaKernels& k, const WeightView& w) {
+  if (w.packed != nullptr && k.packed != nullptr &&
+      w.pack_format == k.packed->format) {
+    const PackedKernels& p = *k.packed;
+    return {p.row_tile, p.prepared_bytes, p.prepare, p.rows};
+  }
+  return {k.row_tile, k.prepared_bytes, k.prepare, k.rows};
+}
+
+int64_t PackedWeightBytesWith(const IsaKernels& k, const WeightView& w) {
+  if (k.packed == nullptr || w.rows <= 0 || w.cols <= 0) return 0;
+  return k.packed->packed_bytes(w.type, w.rows, w.cols);
+}
+
+WeightView PackWeightsWith(const IsaKernels& k, const WeightView& w,
+                           void* dst) {
+  if (PackedWeightBytesWith(k, w) == 0) return w;
+  k.packed->pack(w, static_cast<uint8_t*>(dst));
+  WeightView out = w;
+  out.packed = dst;
+  out.pack_format = k.packed->format;
+  return out;
+}
+
 void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 ThreadPool& pool) {
   if (n_tokens <= 0 || w.rows <= 0) return;
+  const RowKernels rk = KernelsFor(k, w);
 #if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
   // The calling thread's GEMM buffer grows here, on the first call with a
   // new width, rather than inside a range it happens to run later.
@@ -130,7 +155,7 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
 #endif
   MatMulArgs args{&w, x, x_stride, nullptr, n_tokens, y, y_stride};
   if (IsQuantized(w.type) && w.cols > 0) {
-    uint8_t* xq = Scratch(k.prepared_bytes(w.type, w.cols, n_tokens));
+    uint8_t* xq = Scratch(rk.prepared_bytes(w.type, w.cols, n_tokens));
     // Quantizing one token costs about as much as a few rows of the product;
     // only fan out when there are enough tokens to pay for the wake-up, and
     // in groups of 16 tokens (the token-lane layouts interleave 16 tokens
@@ -139,15 +164,15 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
     if (n_tokens >= 2 * kGroup && pool.num_threads() > 1) {
       pool.ParallelFor(
           (n_tokens + kGroup - 1) / kGroup, 1, [&](int64_t b, int64_t e) {
-            k.prepare(w.type, x, x_stride, w.cols, n_tokens, b * kGroup,
-                      std::min(n_tokens, e * kGroup), xq);
+            rk.prepare(w.type, x, x_stride, w.cols, n_tokens, b * kGroup,
+                       std::min(n_tokens, e * kGroup), xq);
           });
     } else {
-      k.prepare(w.type, x, x_stride, w.cols, n_tokens, 0, n_tokens, xq);
+      rk.prepare(w.type, x, x_stride, w.cols, n_tokens, 0, n_tokens, xq);
     }
     args.xq = xq;
   }
-  const int64_t tile = k.row_tile;
+  const int64_t tile = rk.row_tile;
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
   // At least ~16 KiB of weights (per token) per range, so that tiny matrices
   // are not split into pieces smaller than the cost of waking a thread.
@@ -155,7 +180,7 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
   const int64_t grain = std::max<int64_t>(
       1, (16 << 10) / tile_bytes / std::max<int64_t>(1, n_tokens));
   pool.ParallelFor(n_tiles, grain, [&](int64_t b, int64_t e) {
-    k.rows(args, b * tile, std::min(w.rows, e * tile));
+    rk.rows(args, b * tile, std::min(w.rows, e * tile));
   });
 }
 
@@ -181,6 +206,16 @@ void MatMulReference(const WeightView& w, const float* x, int64_t x_stride,
       y[t * y_stride + o] = static_cast<float>(acc);
     }
   }
+}
+
+int64_t PackedWeightBytes(const WeightView& w) {
+  return kernels_internal::PackedWeightBytesWith(
+      kernels_internal::ActiveKernels(), w);
+}
+
+WeightView PackWeights(const WeightView& w, void* dst) {
+  return kernels_internal::PackWeightsWith(kernels_internal::ActiveKernels(),
+                                           w, dst);
 }
 
 const char* MatMulIsa() { return kernels_internal::ActiveKernels().name; }

@@ -17,10 +17,15 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/matmul_avx2_internal.h"
 #include "kernels/matmul_internal.h"
 
 namespace pdserve::kernels_internal {
 namespace {
+
+using avx2::Half;
+using avx2::HSum;
+using avx2::QuantizeBlock;
 
 constexpr int kRowTile = 4;
 constexpr int kTokTile = 2;
@@ -51,43 +56,6 @@ int64_t PreparedBytes(DType type, int64_t cols, int64_t n_tokens) {
   return l.sums_offset + (type == DType::kQ4_1 ? l.nb * n_tokens * 4 : 0);
 }
 
-// QuantizeActBlock, vectorised (bitwise the same): writes 32 int8 to q and
-// returns d; *sum receives the sum of q.
-inline float QuantizeBlock(const float* x, int8_t* q, int32_t* sum) {
-  __m256 v[4];
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 amax = _mm256_setzero_ps();
-  for (int k = 0; k < 4; ++k) {
-    v[k] = _mm256_loadu_ps(x + 8 * k);
-    amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
-  }
-  __m128 m =
-      _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  const float d = _mm_cvtss_f32(m) / 127.0f;
-  const __m256 inv = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-  __m256i qi[4];
-  __m256i total = _mm256_setzero_si256();
-  for (int k = 0; k < 4; ++k) {
-    qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv));
-    total = _mm256_add_epi32(total, qi[k]);
-  }
-  // int32 -> int8 (values are within [-127, 127]); packs work per 128-bit
-  // lane, the final permute restores the order.
-  const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
-  const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
-  const __m256i bytes = _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(q), bytes);
-  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total),
-                            _mm256_extracti128_si256(total, 1));
-  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-  *sum = _mm_cvtsi128_si32(t);
-  return d;
-}
-
 void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
              int64_t n_tokens, int64_t t_begin, int64_t t_end, uint8_t* xq) {
   const Layout l = MakeLayout(type, cols, n_tokens);
@@ -114,8 +82,6 @@ void Prepare(DType type, const float* x, int64_t x_stride, int64_t cols,
     }
   }
 }
-
-inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline __m256i LoadNibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -215,12 +181,6 @@ void QuantTile(const MatMulArgs& a, const Layout& l, int64_t r0, int64_t t0) {
   }
 }
 
-inline float HSum(__m256 v) {
-  const __m128 h =
-      _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-}
 
 // Loads 8 weights starting at element i; `n` < 8 loads a zero-padded tail.
 template <DType kType>
@@ -484,7 +444,7 @@ float LogSumExp(const float* x, int64_t n) {
 const IsaKernels& Avx2Kernels() {
   static const IsaKernels k{"avx2",   kRowTile,  &PreparedBytes, &Prepare,
                             &Rows,    &Dot,      &Axpy,          &SwiGlu,
-                            &Softmax, &LogSumExp};
+                            &Softmax, &LogSumExp, &Avx2PackedKernels()};
   return k;
 }
 

@@ -55,9 +55,13 @@ bool NeedsPrepare(const MatMulGroup& g) {
   return Active(g) && IsQuantized(g.w.type) && g.w.cols > 0;
 }
 
-bool SameInput(const MatMulGroup& a, const MatMulGroup& b) {
+// Same activations prepared the same way (the packed and row-major kernels
+// lay them out differently).
+bool SameInput(const IsaKernels& k, const MatMulGroup& a,
+               const MatMulGroup& b) {
   return a.x == b.x && a.x_stride == b.x_stride && a.n_tokens == b.n_tokens &&
-         a.w.type == b.w.type && a.w.cols == b.w.cols;
+         a.w.type == b.w.type && a.w.cols == b.w.cols &&
+         KernelsFor(k, a.w).prepare == KernelsFor(k, b.w).prepare;
 }
 
 // Lays out the prepared activations: s.xq_offset[i] (-1 when group i needs
@@ -70,11 +74,12 @@ int64_t PlanPrepare(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
     const MatMulGroup& g = groups[i];
     s.xq_offset[i] = -1;
     if (NeedsPrepare(g)) {
-      if (last >= 0 && SameInput(groups[last], g)) {
+      if (last >= 0 && SameInput(k, groups[last], g)) {
         s.xq_offset[i] = s.xq_offset[last];
       } else {
         s.xq_offset[i] = bytes;
-        const int64_t b = k.prepared_bytes(g.w.type, g.w.cols, g.n_tokens);
+        const int64_t b = KernelsFor(k, g.w).prepared_bytes(
+            g.w.type, g.w.cols, g.n_tokens);
         bytes += (b + 63) / 64 * 64;
         units += (g.n_tokens + kPrepGroup - 1) / kPrepGroup;
         last = static_cast<int64_t>(i);
@@ -96,8 +101,8 @@ void PrepareUnits(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
     const int64_t first = i == 0 ? 0 : s.prep_end[i - 1];
     const int64_t t0 = (u - first) * kPrepGroup;
     const int64_t t1 = std::min(g.n_tokens, t0 + kPrepGroup);
-    k.prepare(g.w.type, g.x, g.x_stride, g.w.cols, g.n_tokens, t0, t1,
-              xq + s.xq_offset[i]);
+    KernelsFor(k, g.w).prepare(g.w.type, g.x, g.x_stride, g.w.cols,
+                               g.n_tokens, t0, t1, xq + s.xq_offset[i]);
   }
 }
 
@@ -106,13 +111,13 @@ void PrepareUnits(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
 // s.unit_rows and s.unit_end. Returns the number of units.
 int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
                  int threads, Scratch& s) {
-  const int64_t tile = k.row_tile;
+  auto tile = [&](const MatMulGroup& g) { return KernelsFor(k, g.w).row_tile; };
   auto tile_cost = [&](const MatMulGroup& g) {
-    return std::max<int64_t>(1, g.w.row_bytes * tile) * (g.n_tokens + 2);
+    return std::max<int64_t>(1, g.w.row_bytes * tile(g)) * (g.n_tokens + 2);
   };
   int64_t total = 0;
   for (const MatMulGroup& g : groups) {
-    if (Active(g)) total += (g.w.rows + tile - 1) / tile * tile_cost(g);
+    if (Active(g)) total += (g.w.rows + tile(g) - 1) / tile(g) * tile_cost(g);
   }
   const int64_t target =
       std::max(kMinUnitCost, total / (kUnitsPerThread * threads));
@@ -122,7 +127,7 @@ int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
     if (Active(g)) {
       const int64_t tiles_per_unit =
           std::max<int64_t>(1, target / tile_cost(g));
-      s.unit_rows[i] = tiles_per_unit * tile;
+      s.unit_rows[i] = tiles_per_unit * tile(g);
       units += (g.w.rows + s.unit_rows[i] - 1) / s.unit_rows[i];
     }
     s.unit_end[i] = units;
@@ -163,7 +168,8 @@ void MatMulGroupedWith(const IsaKernels& k,
   if (threads == 1) {
     for (size_t i = 0; i < groups.size(); ++i) {
       if (Active(groups[i])) {
-        k.rows(ArgsOf(groups[i], s, xq, i), 0, groups[i].w.rows);
+        KernelsFor(k, groups[i].w)
+            .rows(ArgsOf(groups[i], s, xq, i), 0, groups[i].w.rows);
       }
     }
     return;
@@ -179,7 +185,8 @@ void MatMulGroupedWith(const IsaKernels& k,
       const MatMulGroup& g = groups[i];
       const int64_t first = i == 0 ? 0 : s.unit_end[i - 1];
       const int64_t r0 = (u - first) * s.unit_rows[i];
-      k.rows(ArgsOf(g, s, xq, i), r0, std::min(g.w.rows, r0 + s.unit_rows[i]));
+      KernelsFor(k, g.w).rows(ArgsOf(g, s, xq, i), r0,
+                              std::min(g.w.rows, r0 + s.unit_rows[i]));
     }
   };
   if (units == 1) {

@@ -61,6 +61,26 @@ struct MatMulArgs {
   int64_t y_stride;  // floats between tokens of y
 };
 
+// Kernels over weights repacked at load (WeightView::packed) in `format`.
+// Quantized packed products prepare their activations in their own layout.
+struct PackedKernels {
+  PackFormat format;
+  // Rows per packed group: row ranges handed to `rows` start at a multiple.
+  int64_t row_tile;
+  // Bytes of the packed copy of a rows x cols matrix of `type`; 0 when this
+  // level does not pack the type (MatMul then reads the row-major layout).
+  int64_t (*packed_bytes)(DType type, int64_t rows, int64_t cols);
+  // Writes the packed copy of w into dst (packed_bytes bytes, 64-aligned).
+  void (*pack)(const WeightView& w, uint8_t* dst);
+  int64_t (*prepared_bytes)(DType type, int64_t cols, int64_t n_tokens);
+  void (*prepare)(DType type, const float* x, int64_t x_stride, int64_t cols,
+                  int64_t n_tokens, int64_t t_begin, int64_t t_end,
+                  uint8_t* xq);
+  // Computes y for rows [row_begin, row_end) and all tokens from
+  // args.w->packed.
+  void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+};
+
 // One SIMD level's entry points.
 struct IsaKernels {
   const char* name;
@@ -82,7 +102,28 @@ struct IsaKernels {
   void (*softmax)(float* x, int64_t n);
   // log(sum_i exp(x[i])) (see LogSumExp in ops.h).
   float (*log_sum_exp)(const float* x, int64_t n);
+  // Packed-weight kernels; nullptr when this level reads row-major weights
+  // only.
+  const PackedKernels* packed = nullptr;
 };
+
+// The prepare/rows entry points one MatMul call uses: the packed kernels
+// when w carries a packed copy in this level's format, else the row-major
+// ones.
+struct RowKernels {
+  int64_t row_tile;
+  int64_t (*prepared_bytes)(DType type, int64_t cols, int64_t n_tokens);
+  void (*prepare)(DType type, const float* x, int64_t x_stride, int64_t cols,
+                  int64_t n_tokens, int64_t t_begin, int64_t t_end,
+                  uint8_t* xq);
+  void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+};
+RowKernels KernelsFor(const IsaKernels& k, const WeightView& w);
+
+// PackedWeightBytes / PackWeights with an explicit kernel set.
+int64_t PackedWeightBytesWith(const IsaKernels& k, const WeightView& w);
+WeightView PackWeightsWith(const IsaKernels& k, const WeightView& w,
+                           void* dst);
 
 // Scalar element-wise ops (ops.cc), the fallback entries of the table.
 void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
@@ -94,8 +135,9 @@ inline float LogSumExpFinish(float max, double sum_exp) {
 }
 
 const IsaKernels& ScalarKernels();
-// These two exist only on x86-64 builds; callers check CPU support first.
+// These exist only on x86-64 builds; callers check CPU support first.
 const IsaKernels& Avx2Kernels();
+const PackedKernels& Avx2PackedKernels();
 const IsaKernels& Avx512Kernels();
 
 // The kernels MatMul uses (chosen once; honours PDSERVE_ISA).

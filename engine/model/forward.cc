@@ -10,6 +10,7 @@
 #include "engine/model/mrope.h"
 #include "engine/model/span_validation.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_grouped.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
@@ -119,7 +120,11 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
 
 ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
                          ThreadPool& pool, int64_t max_batch_tokens)
-    : weights_(weights), kv_(kv), pool_(pool), max_tokens_(max_batch_tokens) {
+    : packed_(PackModelForCpu(weights, pool)),
+      weights_(packed_->weights),
+      kv_(kv),
+      pool_(pool),
+      max_tokens_(max_batch_tokens) {
   const ModelConfig& c = weights_.config;
   if (kv.num_layers() != c.num_kv_layers() || kv.kv_dim() != c.kv_dim() ||
       max_batch_tokens < 1) {
@@ -335,8 +340,17 @@ void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
   const int64_t rows = rows_;
   const int64_t hidden = c.hidden_size;
   const int64_t qd = c.q_dim(), hd = c.head_dim;
-  if (c.attn_output_gate) {  // q_proj rows: per head [q (hd) | gate (hd)]
-    MatMul(lw.wq, xn_.data(), hidden, rows, qg_.data(), 2 * qd, pool_);
+  // Q, K and V of one input in one parallel region (activations prepared
+  // once). With an output gate, q_proj's rows are per head
+  // [q (hd) | gate (hd)] and are split below.
+  const MatMulGroup qkv[] = {
+      c.attn_output_gate
+          ? MatMulGroup{lw.wq, xn_.data(), hidden, rows, qg_.data(), 2 * qd}
+          : MatMulGroup{lw.wq, xn_.data(), hidden, rows, q_.data(), qd},
+      {lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim()},
+      {lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim()}};
+  MatMulGrouped(qkv, pool_);
+  if (c.attn_output_gate) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < c.num_heads; ++h) {
         const float* src = qg_.data() + r * 2 * qd + 2 * h * hd;
@@ -345,11 +359,7 @@ void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
                     hd * sizeof(float));
       }
     }
-  } else {
-    MatMul(lw.wq, xn_.data(), hidden, rows, q_.data(), qd, pool_);
   }
-  MatMul(lw.wk, xn_.data(), hidden, rows, k_.data(), c.kv_dim(), pool_);
-  MatMul(lw.wv, xn_.data(), hidden, rows, v_.data(), c.kv_dim(), pool_);
   QkNormAndRope(lw);
   // KV storage layer: full-attention layers are numbered without the linear
   // ones (hybrid models); identical to `layer` for dense models.
@@ -369,8 +379,10 @@ void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
 void ForwardPass::DenseFfn(const LayerWeights& lw, int64_t rows) {
   const int64_t hidden = weights_.config.hidden_size;
   const int64_t inter = weights_.config.intermediate_size;
-  MatMul(lw.w_gate, xn_.data(), hidden, rows, gate_.data(), inter, pool_);
-  MatMul(lw.w_up, xn_.data(), hidden, rows, up_.data(), inter, pool_);
+  const MatMulGroup gate_up[] = {
+      {lw.w_gate, xn_.data(), hidden, rows, gate_.data(), inter},
+      {lw.w_up, xn_.data(), hidden, rows, up_.data(), inter}};
+  MatMulGrouped(gate_up, pool_);
   pool_.ParallelFor(rows, 8, [&](int64_t b, int64_t e) {
     SwiGlu(gate_.data() + b * inter, up_.data() + b * inter, (e - b) * inter,
            gate_.data() + b * inter);

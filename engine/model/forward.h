@@ -14,6 +14,7 @@
 #include "engine/kv/kv_storage.h"
 #include "engine/model/gated_deltanet.h"
 #include "engine/model/moe.h"
+#include "engine/model/packed_weights.h"
 #include "engine/model_weights.h"
 #include "kernels/thread_pool.h"
 
@@ -78,8 +79,9 @@ struct ForwardStats {
 // in several chunks (per-row kernels, per-query attention in a fixed order).
 //
 // All scratch memory is allocated at construction for `max_batch_tokens`
-// tokens; Run does not allocate on the heap. `weights`, `kv` and `pool` must
-// outlive the object. Thread-compatible: one Run at a time (it uses every
+// tokens; Run does not allocate on the heap. The matrices are repacked at
+// construction for the active kernels (PackModelForCpu, packed_weights.h),
+// using `pool`. `weights`, `kv` and `pool` must outlive the object. Thread-compatible: one Run at a time (it uses every
 // thread of `pool`).
 class ForwardPass {
  public:
@@ -138,6 +140,8 @@ class ForwardPass {
   void Account(absl::Span<const SequenceSpan> batch, int64_t logit_rows,
                ForwardStats* stats) const;
 
+  // The views Run reads: `weights` with packed copies for the kernels.
+  std::unique_ptr<const PackedModel> packed_;
   const ModelWeights& weights_;
   KvStorage& kv_;
   ThreadPool& pool_;

@@ -6,6 +6,7 @@ pdserve_add_test(NAME kernels_test LABEL unit
     ${CMAKE_CURRENT_LIST_DIR}/dtype_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_grouped_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_packed_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/thread_pool_test.cc
   LIBS pdserve_kernels)
@@ -14,7 +15,7 @@ pdserve_add_test(NAME kernels_test LABEL unit
 # public MatMul/ops entry points then run the lower level).
 foreach(isa scalar avx2)
   add_test(NAME kernels_test_isa_${isa}
-    COMMAND kernels_test --gtest_filter=MatMulTest.*:OpsTest.*:AllocationTest.*)
+    COMMAND kernels_test --gtest_filter=MatMulTest.*:MatMulPackedTest.*:OpsTest.*:AllocationTest.*)
   set_tests_properties(kernels_test_isa_${isa} PROPERTIES
     LABELS unit ENVIRONMENT PDSERVE_ISA=${isa} TIMEOUT 300)
 endforeach()
