@@ -7,6 +7,7 @@
 
 #include "engine/model/forward.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_grouped.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
@@ -208,10 +209,13 @@ void GatedDeltaNet::Run(int64_t linear_index, const LayerWeights& lw,
   const int64_t hidden = c_.hidden_size;
   const int64_t nv = c_.linear_num_v_heads, vd = c_.linear_v_head_dim;
   const int64_t vdim = c_.linear_value_dim();
-  MatMul(lw.lin_qkv, xn, hidden, rows, qkv_.data(), c_.linear_conv_dim(), pool);
-  MatMul(lw.lin_z, xn, hidden, rows, z_.data(), vdim, pool);
-  MatMul(lw.lin_b, xn, hidden, rows, b_.data(), nv, pool);
-  MatMul(lw.lin_a, xn, hidden, rows, a_.data(), nv, pool);
+  // The four in-projections of one input in one parallel region.
+  const MatMulGroup in_proj[] = {
+      {lw.lin_qkv, xn, hidden, rows, qkv_.data(), c_.linear_conv_dim()},
+      {lw.lin_z, xn, hidden, rows, z_.data(), vdim},
+      {lw.lin_b, xn, hidden, rows, b_.data(), nv},
+      {lw.lin_a, xn, hidden, rows, a_.data(), nv}};
+  MatMulGrouped(in_proj, pool);
   Conv(linear_index, lw, batch, first_row, pool);
   PrepareHeads(lw, rows, pool);
   const int64_t per_layer =

@@ -204,7 +204,11 @@ TEST_P(HybridGgufTest, MatchesHfLoadedLogits) {
     ASSERT_EQ(a.size(), b.size()) << what;
     for (size_t i = 0; i < a.size(); ++i) {
       max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
-      ASSERT_NEAR(a[i], b[i], 1e-5f) << what << " logit " << i;
+      // The converter stores some values precomputed (norms + 1, -exp(A_log))
+      // that the HF path computes at load: f32 rounding apart, the same
+      // model. 3e-5: AVX2's 8-lane Dot/Axpy measured 1.07e-5 (AVX-512 and
+      // scalar stayed below 1e-5).
+      ASSERT_NEAR(a[i], b[i], 3e-5f) << what << " logit " << i;
     }
   };
   compare(rg.Feed(prompt, true), rh.Feed(prompt, true), "prefill");

@@ -60,8 +60,11 @@ TEST(HybridQwen35Test, MatchesTransformers) {
 TEST(HybridQwen35Test, ChunkedPrefillEqualsOneShot) {
   auto w = Load();
   ASSERT_NE(w, nullptr);
+  // Chunk boundaries change the chunked delta rule's summation order; with
+  // AVX2's 8-lane Dot/Axpy the difference measured 1.001e-5 (AVX-512 and
+  // scalar below 1e-5), hence 3e-5.
   for (int64_t chunk : {1, 3, 16}) {
-    hybrid_test::CheckChunked(*w, Prompt(), chunk, 1e-5f);
+    hybrid_test::CheckChunked(*w, Prompt(), chunk, 3e-5f);
   }
 }
 
