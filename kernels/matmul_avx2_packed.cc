@@ -40,6 +40,8 @@ using avx2::QuantizeBlock;
 
 constexpr int64_t kGroupRows = 8;
 constexpr int64_t kFloatBlock = 64;  // columns per partial sum (even)
+// Software prefetch distance ahead of each weight stream.
+constexpr int64_t kPrefetchBytes = 1024;
 
 int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -221,100 +223,137 @@ inline void Store8(float* y, int64_t n, __m256 v) {
   }
 }
 
-// One group of 8 rows x T tokens. `n_rows` real rows are stored.
-template <DType kType, int T>
+// R groups of 8 rows (gb bytes apart) x T tokens. Several groups at once
+// read several memory streams in parallel (a decode step is bound by DRAM
+// latency per stream on small machines); rows past w.rows are not stored.
+template <DType kType, int R, int T>
 void QuantTile(const MatMulArgs& a, const Layout& l, const uint8_t* group,
-               int64_t r0, int64_t n_rows, int64_t t0) {
+               int64_t gb, int64_t r0, int64_t t0) {
+  static_assert(R * T <= 4, "accumulators must fit in the ymm registers");
   constexpr int64_t kQb = kQsBytes<kType>;
-  const uint8_t* qs = group;
-  const auto* dw16 = reinterpret_cast<const __m128i*>(group + l.nb * kQb);
   const int8_t* xt[T];
   const float* dx[T];
   const void* sx[T];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     const uint8_t* base = a.xq + (t0 + t) * l.tok_bytes;
     xt[t] = reinterpret_cast<const int8_t*>(base);
     dx[t] = reinterpret_cast<const float*>(base + l.scale_offset);
     sx[t] = base + l.sum_offset;
   }
-  __m256 acc[T];
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[R][T];
+#pragma GCC unroll 4
+  for (int g = 0; g < R; ++g) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[g][t] = _mm256_setzero_ps();
+  }
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const int64_t prefetch_step = (R * gb + l.nb - 1) / l.nb;
   for (int64_t b = 0; b < l.nb; ++b) {
-    const uint8_t* blk = qs + b * kQb;
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + 4 * kQb, _MM_HINT_T0);
-    __m256i dot[T];
+    __m256i dot[R][T];
+    // The R groups of the next tile (contiguous after this one) into L2, in
+    // step with this tile's progress: each thread's rows are one stream.
+    for (int64_t off = b * prefetch_step; off < (b + 1) * prefetch_step;
+         off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(group) + R * gb + off,
+                   _MM_HINT_T1);
+    }
     if constexpr (kType == DType::kQ8_0) {
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int g = 0; g < R; ++g) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) dot[g][t] = _mm256_setzero_si256();
+      }
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        const __m256i wv =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 32 * k));
-        const __m256i wabs = _mm256_abs_epi8(wv);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const __m256i xs =
-              _mm256_sign_epi8(Bcast4(xt[t] + b * 32 + 4 * k), wv);
-          dot[t] = _mm256_add_epi32(
-              dot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xs), ones));
-          KeepInRegister(dot[t]);
+#pragma GCC unroll 4
+        for (int g = 0; g < R; ++g) {
+          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(
+              group + g * gb + b * kQb + 32 * k));
+          const __m256i wabs = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            const __m256i xs =
+                _mm256_sign_epi8(Bcast4(xt[t] + b * 32 + 4 * k), wv);
+            dot[g][t] = _mm256_add_epi32(
+                dot[g][t],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xs), ones));
+            KeepInRegister(dot[g][t]);
+          }
         }
       }
     } else {
       // Nibbles times int8 stay within int16 for all 8 groups of a block:
       // |sum| <= 8 * 2 * 15 * 127 = 30,480.
-      __m256i s16[T];
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+      __m256i s16[R][T];
+#pragma GCC unroll 4
+      for (int g = 0; g < R; ++g) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) s16[g][t] = _mm256_setzero_si256();
+      }
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const __m256i raw =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 32 * j));
-        const __m256i lo = _mm256_and_si256(raw, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-#pragma GCC unroll 8
+#pragma GCC unroll 4
+        for (int g = 0; g < R; ++g) {
+          const __m256i raw = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(group + g * gb + b * kQb + 32 * j));
+          const __m256i lo = _mm256_and_si256(raw, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xb = xt[t] + b * 32;
+            s16[g][t] = _mm256_add_epi16(
+                s16[g][t], _mm256_maddubs_epi16(lo, Bcast4(xb + 4 * j)));
+            s16[g][t] = _mm256_add_epi16(
+                s16[g][t], _mm256_maddubs_epi16(hi, Bcast4(xb + 16 + 4 * j)));
+            KeepInRegister(s16[g][t]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < R; ++g) {
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-          const int8_t* xb = xt[t] + b * 32;
-          s16[t] = _mm256_add_epi16(
-              s16[t], _mm256_maddubs_epi16(lo, Bcast4(xb + 4 * j)));
-          s16[t] = _mm256_add_epi16(
-              s16[t], _mm256_maddubs_epi16(hi, Bcast4(xb + 16 + 4 * j)));
-          KeepInRegister(s16[t]);
+          dot[g][t] = _mm256_madd_epi16(s16[g][t], ones);
+          if constexpr (kType == DType::kQ4_0) {
+            dot[g][t] = _mm256_sub_epi32(
+                dot[g][t],
+                _mm256_set1_epi32(static_cast<const int32_t*>(sx[t])[b]));
+          }
         }
       }
-#pragma GCC unroll 8
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < R; ++g) {
+      const auto* scales =
+          reinterpret_cast<const __m128i*>(group + g * gb + l.nb * kQb);
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(scales + b));
+#pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        dot[t] = _mm256_madd_epi16(s16[t], ones);
-        if constexpr (kType == DType::kQ4_0) {
-          dot[t] = _mm256_sub_epi32(
-              dot[t],
-              _mm256_set1_epi32(static_cast<const int32_t*>(sx[t])[b]));
-        }
+        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[g][t]),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b])),
+                                    acc[g][t]);
       }
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(dw16 + b));
-    __m256 mw;
-    if constexpr (kType == DType::kQ4_1) {
-      mw = _mm256_cvtph_ps(_mm_load_si128(dw16 + l.nb + b));
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b])),
-                               acc[t]);
       if constexpr (kType == DType::kQ4_1) {
-        acc[t] = _mm256_fmadd_ps(
-            mw, _mm256_set1_ps(static_cast<const float*>(sx[t])[b]), acc[t]);
+        const __m256 mw = _mm256_cvtph_ps(_mm_load_si128(scales + l.nb + b));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          acc[g][t] = _mm256_fmadd_ps(
+              mw, _mm256_set1_ps(static_cast<const float*>(sx[t])[b]),
+              acc[g][t]);
+        }
       }
     }
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    Store8(a.y + (t0 + t) * a.y_stride + r0, n_rows, acc[t]);
+#pragma GCC unroll 4
+  for (int g = 0; g < R; ++g) {
+    const int64_t row = r0 + g * kGroupRows;
+    const int64_t n = std::min<int64_t>(kGroupRows, a.w->rows - row);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      Store8(a.y + (t0 + t) * a.y_stride + row, n, acc[g][t]);
+    }
   }
 }
 
@@ -348,6 +387,11 @@ void FloatTile(const MatMulArgs& a, const uint8_t* group, int64_t group_bytes,
   alignas(32) float total[R][T][8] = {};
   for (int64_t k0 = 0; k0 < cols; k0 += kFloatBlock) {
     const int64_t k1 = std::min(cols, k0 + kFloatBlock);
+    // The next tile's groups into L2, in step with this tile's progress.
+    for (int64_t off = k0 * 16 * R; off < k1 * 16 * R; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(group) + R * group_bytes + off,
+                   _MM_HINT_T1);
+    }
     __m256 p[R][T];
 #pragma GCC unroll 4
     for (int g = 0; g < R; ++g) {
@@ -359,7 +403,8 @@ void FloatTile(const MatMulArgs& a, const uint8_t* group, int64_t group_bytes,
 #pragma GCC unroll 4
       for (int g = 0; g < R; ++g) {
         const uint8_t* src = group + g * group_bytes + k * 16;
-        _mm_prefetch(reinterpret_cast<const char*>(src) + 512, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes,
+                     _MM_HINT_T0);
         __m256 wlo, whi;
         LoadPair<kType>(src, &wlo, &whi);
 #pragma GCC unroll 12
@@ -411,29 +456,50 @@ constexpr int kFloatTokTile = 6;
 // L2-resident share of the weights that every token tile sweeps.
 constexpr int64_t kChunkBytes = 192 << 10;
 
-template <DType kType, int... Ts>
+template <DType kType, int R, int... Ts>
 constexpr auto QuantTable(std::integer_sequence<int, Ts...>) {
   using Fn = void (*)(const MatMulArgs&, const Layout&, const uint8_t*,
                       int64_t, int64_t, int64_t);
-  return std::array<Fn, sizeof...(Ts)>{&QuantTile<kType, Ts + 1>...};
+  return std::array<Fn, sizeof...(Ts)>{&QuantTile<kType, R, Ts + 1>...};
+}
+
+// Rows [c0, c1) for tokens [t0, t0 + nt): 4 groups at once for one token
+// (decode), 2 for two, else one group of up to 4 tokens.
+template <DType kType>
+void QuantTokenTile(const MatMulArgs& a, const Layout& l, int64_t c0,
+                    int64_t c1, int64_t t0, int64_t nt) {
+  static constexpr auto k1 =
+      QuantTable<kType, 1>(std::make_integer_sequence<int, kQuantTokTile>());
+  static constexpr auto k2 =
+      QuantTable<kType, 2>(std::make_integer_sequence<int, 2>());
+  static constexpr auto k4 =
+      QuantTable<kType, 4>(std::make_integer_sequence<int, 1>());
+  const int64_t gb = GroupBytes(kType, a.w->cols);
+  const auto* packed = static_cast<const uint8_t*>(a.w->packed);
+  auto at = [&](int64_t r) { return packed + r / kGroupRows * gb; };
+  int64_t r0 = c0;
+  if (nt == 1) {
+    for (; r0 + 4 * kGroupRows <= c1; r0 += 4 * kGroupRows)
+      k4[0](a, l, at(r0), gb, r0, t0);
+  }
+  if (nt <= 2) {
+    for (; r0 + 2 * kGroupRows <= c1; r0 += 2 * kGroupRows)
+      k2[nt - 1](a, l, at(r0), gb, r0, t0);
+  }
+  for (; r0 < c1; r0 += kGroupRows) k1[nt - 1](a, l, at(r0), gb, r0, t0);
 }
 
 template <DType kType>
 void QuantRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
-  static constexpr auto kTiles =
-      QuantTable<kType>(std::make_integer_sequence<int, kQuantTokTile>());
   const Layout l = MakeLayout(a.w->cols);
   const int64_t gb = GroupBytes(kType, a.w->cols);
-  const auto* packed = static_cast<const uint8_t*>(a.w->packed);
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / gb) * kGroupRows;
+  const int64_t chunk =
+      std::max<int64_t>(4, kChunkBytes / gb) / 4 * 4 * kGroupRows;
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kQuantTokTile) {
-      const int64_t nt = std::min<int64_t>(kQuantTokTile, a.n_tokens - t0);
-      for (int64_t r0 = c0; r0 < c1; r0 += kGroupRows) {
-        kTiles[nt - 1](a, l, packed + r0 / kGroupRows * gb, r0,
-                       std::min<int64_t>(kGroupRows, c1 - r0), t0);
-      }
+      QuantTokenTile<kType>(
+          a, l, c0, c1, t0, std::min<int64_t>(kQuantTokTile, a.n_tokens - t0));
     }
   }
 }
