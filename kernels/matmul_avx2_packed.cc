@@ -17,8 +17,8 @@
 // in block order, so a row's result depends only on the row and the token.
 //
 // Float layout (F16, BF16), per group of 8 rows: for each column pair
-// (k, k+1) 32 bytes. BF16: [k: rows 0-3][k+1: rows 0-3][k: rows 4-7]
-// [k+1: rows 4-7] (one vpunpck{l,h}wd with zero gives f32 of k / k+1);
+// (k, k+1) 32 bytes. BF16: one dword per row, column k in its low half and
+// k+1 in its high half (a shift or a mask gives the f32 of k / k+1);
 // F16: [k: rows 0-7][k+1: rows 0-7]. Columns are padded to even. Each
 // (row, token) sums columns in blocks of kFloatBlock: a block's partial is a
 // sequential fma chain from 0, added to the total in block order.
@@ -133,10 +133,9 @@ void PackFloatGroup(const WeightView& w, int64_t r0, uint8_t* dst) {
     uint16_t* o = out + p * 16;
     for (int64_t r = 0; r < 8; ++r) {
       if (w.type == DType::kBF16) {
-        // [k: r0-3][k+1: r0-3][k: r4-7][k+1: r4-7]
-        const int64_t half = r / 4, lane = r % 4;
-        o[half * 8 + lane] = value(r, 2 * p);
-        o[half * 8 + 4 + lane] = value(r, 2 * p + 1);
+        // Row r's dword: column k in the low half, k+1 in the high half.
+        o[2 * r] = value(r, 2 * p);
+        o[2 * r + 1] = value(r, 2 * p + 1);
       } else {
         o[r] = value(r, 2 * p);
         o[8 + r] = value(r, 2 * p + 1);
@@ -359,19 +358,26 @@ void QuantTile(const MatMulArgs& a, const Layout& l, const uint8_t* group,
 
 // ---------------------------------------------------------- float tiles
 
-// f32 of column k (lo) and k+1 (hi) of 8 rows from one 32-byte pair.
-template <DType kType>
-inline void LoadPair(const uint8_t* p, __m256* lo, __m256* hi) {
+// f32 of column k (kHi = false) or k+1 (kHi = true) of 8 rows from the
+// 32-byte pair at p.
+template <DType kType, bool kHi>
+inline __m256 LoadColumn(const uint8_t* p) {
   if constexpr (kType == DType::kBF16) {
     const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i z = _mm256_setzero_si256();
-    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
-    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+    return _mm256_castsi256_ps(
+        kHi ? _mm256_and_si256(v, _mm256_set1_epi32(0xffff0000u))
+            : _mm256_slli_epi32(v, 16));
   } else {
-    *lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-    *hi = _mm256_cvtph_ps(
-        _mm_load_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    return _mm256_cvtph_ps(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(p + (kHi ? 16 : 0))));
   }
+}
+
+// f32 of columns k and k+1 of 8 rows from the 32-byte pair at p.
+template <DType kType>
+inline void LoadPair(const uint8_t* p, __m256* lo, __m256* hi) {
+  *lo = LoadColumn<kType, false>(p);
+  *hi = LoadColumn<kType, true>(p);
 }
 
 // R groups of 8 rows x T tokens; columns [0, cols) in blocks of kFloatBlock.
@@ -419,8 +425,8 @@ void FloatTile(const MatMulArgs& a, const uint8_t* group, int64_t group_bytes,
     if (k < k1) {  // odd column count: the last column alone
 #pragma GCC unroll 4
       for (int g = 0; g < R; ++g) {
-        __m256 wlo, whi;
-        LoadPair<kType>(group + g * group_bytes + k * 16, &wlo, &whi);
+        const __m256 wlo =
+            LoadColumn<kType, false>(group + g * group_bytes + k * 16);
 #pragma GCC unroll 12
         for (int t = 0; t < T; ++t) {
           p[g][t] =
@@ -445,6 +451,87 @@ void FloatTile(const MatMulArgs& a, const uint8_t* group, int64_t group_bytes,
     for (int t = 0; t < T; ++t) {
       Store8(a.y + (t0 + t) * a.y_stride + row, n,
              _mm256_load_ps(total[g][t]));
+    }
+  }
+}
+
+// The steady-state GEMM tile: 2 groups x 6 tokens, written out so that the
+// 12 partials, 2 weight columns and 1 broadcast stay in the 16 ymm
+// registers (the generic template above spills at this size). Bitwise the
+// same arithmetic per (row, token) as FloatTile.
+template <DType kType>
+void FloatTile2x6(const MatMulArgs& a, const uint8_t* group, int64_t gb,
+                  int64_t r0, int64_t t0) {
+  const int64_t cols = a.w->cols;
+  const float* x0 = a.x + t0 * a.x_stride;
+  const float* x1 = x0 + a.x_stride;
+  const float* x2 = x1 + a.x_stride;
+  const float* x3 = x2 + a.x_stride;
+  const float* x4 = x3 + a.x_stride;
+  const float* x5 = x4 + a.x_stride;
+  alignas(32) float total[12][8] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kFloatBlock) {
+    const int64_t k1 = std::min(cols, k0 + kFloatBlock);
+    for (int64_t off = k0 * 32; off < k1 * 32; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(group) + 2 * gb + off,
+                   _MM_HINT_T1);
+    }
+    __m256 p00 = _mm256_setzero_ps(), p01 = p00, p02 = p00, p03 = p00,
+           p04 = p00, p05 = p00, p10 = p00, p11 = p00, p12 = p00, p13 = p00,
+           p14 = p00, p15 = p00;
+    __m256 w0, w1, b;
+#define PDSERVE_FMA_COLUMN(kk)                                          \
+  b = _mm256_broadcast_ss(x0 + (kk));                                   \
+  p00 = _mm256_fmadd_ps(w0, b, p00);                                    \
+  p10 = _mm256_fmadd_ps(w1, b, p10);                                    \
+  b = _mm256_broadcast_ss(x1 + (kk));                                   \
+  p01 = _mm256_fmadd_ps(w0, b, p01);                                    \
+  p11 = _mm256_fmadd_ps(w1, b, p11);                                    \
+  b = _mm256_broadcast_ss(x2 + (kk));                                   \
+  p02 = _mm256_fmadd_ps(w0, b, p02);                                    \
+  p12 = _mm256_fmadd_ps(w1, b, p12);                                    \
+  b = _mm256_broadcast_ss(x3 + (kk));                                   \
+  p03 = _mm256_fmadd_ps(w0, b, p03);                                    \
+  p13 = _mm256_fmadd_ps(w1, b, p13);                                    \
+  b = _mm256_broadcast_ss(x4 + (kk));                                   \
+  p04 = _mm256_fmadd_ps(w0, b, p04);                                    \
+  p14 = _mm256_fmadd_ps(w1, b, p14);                                    \
+  b = _mm256_broadcast_ss(x5 + (kk));                                   \
+  p05 = _mm256_fmadd_ps(w0, b, p05);                                    \
+  p15 = _mm256_fmadd_ps(w1, b, p15);
+    int64_t k = k0;
+    for (; k + 2 <= k1; k += 2) {
+      const uint8_t* src = group + k * 16;
+      _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes,
+                   _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(src + gb) + kPrefetchBytes,
+                   _MM_HINT_T0);
+      w0 = LoadColumn<kType, false>(src);
+      w1 = LoadColumn<kType, false>(src + gb);
+      PDSERVE_FMA_COLUMN(k)
+      w0 = LoadColumn<kType, true>(src);
+      w1 = LoadColumn<kType, true>(src + gb);
+      PDSERVE_FMA_COLUMN(k + 1)
+    }
+    if (k < k1) {  // odd column count: the last column alone
+      w0 = LoadColumn<kType, false>(group + k * 16);
+      w1 = LoadColumn<kType, false>(group + k * 16 + gb);
+      PDSERVE_FMA_COLUMN(k)
+    }
+#undef PDSERVE_FMA_COLUMN
+    const __m256 parts[12] = {p00, p01, p02, p03, p04, p05,
+                              p10, p11, p12, p13, p14, p15};
+    for (int i = 0; i < 12; ++i) {
+      _mm256_store_ps(total[i],
+                      _mm256_add_ps(_mm256_load_ps(total[i]), parts[i]));
+    }
+  }
+  for (int g = 0; g < 2; ++g) {
+    const int64_t row = r0 + g * kGroupRows;
+    const int64_t n = std::min<int64_t>(kGroupRows, a.w->rows - row);
+    for (int t = 0; t < 6; ++t) {
+      Store8(a.y + (t0 + t) * a.y_stride + row, n,
+             _mm256_load_ps(total[g * 6 + t]));
     }
   }
 }
@@ -530,8 +617,13 @@ void FloatTokenTile(const MatMulArgs& a, int64_t c0, int64_t c1, int64_t t0,
     for (; r0 + 4 * kGroupRows <= c1; r0 += 4 * kGroupRows)
       k4[nt - 1](a, at(r0), gb, r0, t0);
   }
-  for (; r0 + 2 * kGroupRows <= c1; r0 += 2 * kGroupRows)
-    k2[nt - 1](a, at(r0), gb, r0, t0);
+  for (; r0 + 2 * kGroupRows <= c1; r0 += 2 * kGroupRows) {
+    if (nt == 6) {
+      FloatTile2x6<kType>(a, at(r0), gb, r0, t0);
+    } else {
+      k2[nt - 1](a, at(r0), gb, r0, t0);
+    }
+  }
   for (; r0 < c1; r0 += kGroupRows) k1[nt - 1](a, at(r0), gb, r0, t0);
 }
 
