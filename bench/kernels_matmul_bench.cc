@@ -264,8 +264,28 @@ std::string Suffix(bool pack) { return pack ? "/packed" : ""; }
 
 void RegisterWith(bool pack);
 
+// The fixed cost of one parallel region (a decode step runs a few per
+// layer): ParallelFor over 2 * threads trivial chunks.
+void PoolRegion(benchmark::State& state, int threads) {
+  ThreadPool pool(threads);
+  std::vector<int64_t> sink(64 * threads);
+  for (auto _ : state) {
+    pool.ParallelFor(2 * threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sink[i * 8] += i;
+    });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+
 // Bandwidth probes and the LogSumExp comparison (once).
 void RegisterProbes() {
+  for (int threads : {2, 4}) {
+    benchmark::RegisterBenchmark(
+        ("BM_PoolRegion/threads:" + std::to_string(threads)).c_str(),
+        [=](benchmark::State& s) { PoolRegion(s, threads); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
   for (bool simd : {true, false}) {
     benchmark::RegisterBenchmark(
         simd ? "BM_LogSumExp/49152" : "BM_LogSumExpScalarExp/49152",
