@@ -172,7 +172,10 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
     }
     args.xq = xq;
   }
-  const int64_t tile = rk.row_tile;
+  // Threads split the rows in units of kTilesPerSplit kernel tiles, so that
+  // kernels that take several tiles at once (the packed mat-vec reads four
+  // row groups as four memory streams) keep doing so at range boundaries.
+  const int64_t tile = rk.row_tile * kTilesPerSplit;
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
   // At least ~16 KiB of weights (per token) per range, so that tiny matrices
   // are not split into pieces smaller than the cost of waking a thread.

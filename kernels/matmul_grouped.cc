@@ -126,7 +126,8 @@ int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
     const MatMulGroup& g = groups[i];
     if (Active(g)) {
       const int64_t tiles_per_unit =
-          std::max<int64_t>(1, target / tile_cost(g));
+          (std::max<int64_t>(1, target / tile_cost(g)) + kTilesPerSplit - 1) /
+          kTilesPerSplit * kTilesPerSplit;
       s.unit_rows[i] = tiles_per_unit * tile(g);
       units += (g.w.rows + s.unit_rows[i] - 1) / s.unit_rows[i];
     }

@@ -120,6 +120,10 @@ struct RowKernels {
 };
 RowKernels KernelsFor(const IsaKernels& k, const WeightView& w);
 
+// Row ranges handed to threads are whole multiples of this many kernel
+// tiles (except a matrix's last range).
+inline constexpr int64_t kTilesPerSplit = 4;
+
 // PackedWeightBytes / PackWeights with an explicit kernel set.
 int64_t PackedWeightBytesWith(const IsaKernels& k, const WeightView& w);
 WeightView PackWeightsWith(const IsaKernels& k, const WeightView& w,
