@@ -216,6 +216,8 @@ class Runner:
         base = [self.peer_bin("llamacpp", "llama-bench"), "-m", cell["file"], "-t",
                 str(threads), "-fa", "1", "-r", str(reps), "-o", "json"]
         pp_cmd = base + ["-p", str(cell["prompt"]), "-n", "0"]
+        if cell["kind"] == "long":  # its warm-up would be a whole 8192 prefill
+            pp_cmd.append("--no-warmup")
         tg_cmd = base + ["-p", "0", "-n", str(cell["decode"]), "-d", str(cell["depth"])]
         pp_out, _, s1 = run(pp_cmd)
         tg_out, _, s2 = run(tg_cmd)
@@ -339,7 +341,8 @@ def machine_info():
         mem = open("/proc/meminfo").readline().split(":")[1].strip()
     except OSError:
         pass
-    return dict(model=info.get("Model name"), cpus=info.get("CPU(s)"),
+    return dict(model=info.get("Model name"), cpu_family=info.get("CPU family"),
+                cpu_model=info.get("Model"), cpus=info.get("CPU(s)"),
                 hypervisor=info.get("Hypervisor vendor"), l3=info.get("L3 cache"),
                 simd_flags=simd, kernel=platform.release(), mem_total=mem,
                 load_average_at_start=os.getloadavg())
@@ -361,7 +364,8 @@ def peer_info(runner):
         except OSError:
             out[p] = {"name": p, "error": "no peer.json"}
         out[p]["display_name"] = PEERS[p]
-    out["ik"]["rtr_by_type"] = IK_RTR if "ik" in out else None
+    if "ik" in out:
+        out["ik"]["rtr_by_type"] = IK_RTR
     return out
 
 
@@ -510,9 +514,14 @@ def main():
     ap.add_argument("--long-threads", default=None,
                     help="threads for long cells (default: the largest of --threads)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds-large", type=int, default=1,
+                    help="rounds for long cells and files over 0.5 GB (default 1): "
+                         "they take minutes each")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions inside each invocation (default: 3 for files "
                          "under 1 GB, else 1)")
+    ap.add_argument("--batched-npl", default=",".join(map(str, BATCH_NPL)),
+                    help="parallel sequences of the batched cells")
     ap.add_argument("--chunk", type=int, default=512, help="our prefill chunk (tokens)")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -525,6 +534,7 @@ def main():
     if args.quick:
         args.cells, args.rounds, args.threads = "quick", 1, "2"
     args.peers = [p for p in args.peers.split(",") if p]
+    BATCH_NPL[:] = [int(n) for n in args.batched_npl.split(",")]
     for p in args.peers:
         if p not in PEERS:
             sys.exit(f"unknown peer {p}: {', '.join(PEERS)}")
@@ -551,23 +561,27 @@ def main():
         timespec="seconds"), machine=machine_info(), pdserve=git_info(),
         peers=peer_info(runner), settings=dict(
             cells=names, threads=threads, long_threads=long_threads, rounds=args.rounds,
-            reps=args.reps, chunk=args.chunk, prompt=PROMPT, decode=DECODE, long=LONG,
+            rounds_large=args.rounds_large, reps=args.reps or "3, or 1 when large",
+            chunk=args.chunk, prompt=PROMPT, decode=DECODE, long=LONG,
             batched=dict(npp=BATCH_NPP, ntg=BATCH_NTG, npl=BATCH_NPL)))
     t_start = time.time()
     probes = {t: [] for t in all_threads}
     results = {}  # (name, threads) -> engine -> [runs]
     errors = []
-    for rnd in range(args.rounds):
+    for rnd in range(max(args.rounds, args.rounds_large)):
         log(f"round {rnd + 1}/{args.rounds}: probe")
         pr, _ = runner.probe(all_threads)
         for t in all_threads:
             probes[t].append(pr[str(t)])
         for name, c in zip(names, cells):
+            large = c["kind"] == "long" or os.path.getsize(c["file"]) > 5e8
+            if rnd >= (args.rounds_large if large else args.rounds):
+                continue
             ts = long_threads if c["kind"] == "long" else threads
             if c["kind"] == "batched":
                 ts = [max(threads)]
             for t in ts:
-                reps = args.reps or (3 if os.path.getsize(c["file"]) < 1e9 else 1)
+                reps = args.reps or (1 if large else 3)
                 slot = results.setdefault((name, t), {})
                 for e in ENGINES:
                     if e != "pdserve" and e not in args.peers:
@@ -584,6 +598,7 @@ def main():
                             log(f"  {name} t={t} {e}: prefill {r['prefill_tok_s']:.1f} "
                                 f"decode {r['decode_tok_s']:.1f} tok/s ({r['seconds']:.0f}s)")
                         r["round"] = rnd
+                        r["loadavg_after"] = os.getloadavg()[0]
                         slot.setdefault(e, []).append(r)
                     except (RuntimeError, subprocess.TimeoutExpired, ValueError,
                             KeyError, IndexError) as ex:
@@ -604,6 +619,7 @@ def main():
     report["shapes"] = {os.path.basename(f): s for f, s in shapes.items()}
     report["errors"] = errors
     report["elapsed_s"] = time.time() - t_start
+    report["load_average_at_end"] = os.getloadavg()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)

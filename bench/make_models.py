@@ -31,6 +31,7 @@ bench/peers/build_peers.sh has built them, with both peers' llama-bench
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -199,7 +200,8 @@ def check(pdserve, files):
     failures = 0
     for path in files:
         cmds = {"pdserve": [pdserve, "generate", "--model", path, "-n", "8",
-                            "--threads", "2"]}
+                            "--threads", "2", "--prompt", "The capital of France is",
+                            "--ignore-eos"]}
         for name, b in peer_bins().items():
             cmds[name] = [b, "-m", path, "-p", "8", "-n", "0", "-r", "1",
                           "-t", "2", "-o", "json"]
@@ -207,9 +209,12 @@ def check(pdserve, files):
             r = subprocess.run(cmd, capture_output=True, text=True)
             ok = r.returncode == 0
             failures += not ok
-            tail = "" if ok else " " + (r.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"{'ok  ' if ok else 'FAIL'} {engine:9s} {os.path.basename(path)}{tail}",
-                  flush=True)
+            out = (r.stdout if ok else r.stderr).strip().replace("\n", " ")
+            if ok and engine != "pdserve":
+                m = re.search(r'"avg_ts":\s*([\d.]+)', out)
+                out = f"loaded; 8-token prompt at {float(m.group(1)):.1f} tok/s" if m else out
+            print(f"{'ok  ' if ok else 'FAIL'} {engine:9s} {os.path.basename(path)}: "
+                  f"{out[-120:]}", flush=True)
     return failures
 
 

@@ -45,9 +45,10 @@ fetch_sdist() {  # package version basename
     -d "$PEERS/sdist"
 }
 
-# ik's sdist lacks common/cmake/build-info-gen-cpp.cmake, which generates
-# common/build-info.cpp; writing it from the .in template is enough (and the
-# custom command does not fire while the output is newer than the template).
+# ik's sdist lacks common/cmake/build-info-gen-cpp.cmake, the script behind
+# the custom command that generates common/build-info.cpp. Writing
+# build-info.cpp from its .in template is enough; a no-op stand-in for the
+# script keeps Ninja (which runs a custom command it has no record of) happy.
 write_build_info() {  # srcdir commit
   local src=$1 commit=$2 cc
   cc="$(${CC:-cc} --version | head -1)"
@@ -57,6 +58,9 @@ write_build_info() {  # srcdir commit
     sed -e "s|@BUILD_NUMBER@|0|" -e "s|@BUILD_COMMIT@|$commit|" \
         -e "s|@BUILD_COMPILER@|$cc|" -e "s|@BUILD_TARGET@|$(${CC:-cc} -dumpmachine)|" \
         "$src/common/build-info.cpp.in" > "$src/common/build-info.cpp"
+    mkdir -p "$src/common/cmake"
+    echo "# Stand-in written by pdserve bench/peers/build_peers.sh: build-info.cpp is already written." \
+      > "$src/common/cmake/build-info-gen-cpp.cmake"
   fi
 }
 
@@ -81,8 +85,9 @@ build_peer() {
     mkdir -p "$dir/src"
     tar -xzf "$PEERS/sdist/$base.tar.gz" -C "$dir/src"
   fi
-  # The sdists carry no .git; the vendored commit is not recorded in them.
-  local commit="unknown (sdist $pkg $ver)"
+  # llama-cpp-python's sdist carries the submodule's git data; ik's does not.
+  local commit
+  commit="$(git -C "$src" rev-parse HEAD 2>/dev/null || echo "unknown (sdist $pkg $ver)")"
   write_build_info "$src" "$commit"
   local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
