@@ -9,6 +9,6 @@ endif()
 # peaks) for bench/cpu_compare.py's fractions; JSON on stdout.
 if(TARGET pdserve_metrics)
   add_executable(peak_bench ${CMAKE_CURRENT_LIST_DIR}/peak_bench.cc)
-  target_link_libraries(peak_bench PRIVATE pdserve_metrics
+  target_link_libraries(peak_bench PRIVATE pdserve_metrics pdserve_bench_probe
     nlohmann_json::nlohmann_json absl::strings Threads::Threads)
 endif()

@@ -2,5 +2,6 @@
 # MoE model, with expert matrices read per step. Prints JSON lines.
 if(TARGET pdserve_model)
   add_executable(moe_bench ${CMAKE_CURRENT_LIST_DIR}/moe_bench.cc)
-  target_link_libraries(moe_bench PRIVATE pdserve_model pdserve_bench_flags absl::strings)
+  target_link_libraries(moe_bench PRIVATE pdserve_model pdserve_bench_flags pdserve_bench_probe
+    absl::strings)
 endif()

@@ -24,11 +24,8 @@
 #include <string>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include "bench/bench_flags.h"
+#include "bench/read_probe.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/forward.h"
 #include "kernels/dtype.h"
@@ -109,75 +106,6 @@ std::unique_ptr<ModelWeights> MakeModel(int64_t* model_bytes) {
   }
   *model_bytes = b.bytes;
   return w;
-}
-
-// Sums n floats: 8 independent 512-bit accumulators when the CPU has
-// AVX-512F (the kernels' widest loads), else 4 SSE ones (plain loop elsewhere).
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) float SumFloatsAvx512(const float* a,
-                                                         int64_t n) {
-  __m512 s[8];
-  for (__m512& v : s) v = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    for (int k = 0; k < 8; ++k) {
-      s[k] = _mm512_add_ps(s[k], _mm512_loadu_ps(a + i + 16 * k));
-    }
-  }
-  for (int k = 1; k < 8; ++k) s[0] = _mm512_add_ps(s[0], s[k]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, s[0]);
-  float r = 0.0f;
-  for (float v : lanes) r += v;
-  for (; i < n; ++i) r += a[i];
-  return r;
-}
-#endif
-
-float SumFloats(const float* a, int64_t n) {
-#if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return SumFloatsAvx512(a, n);
-#endif
-  int64_t i = 0;
-  float s = 0.0f;
-#if defined(__SSE2__)
-  __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm_add_ps(s0, _mm_loadu_ps(a + i));
-    s1 = _mm_add_ps(s1, _mm_loadu_ps(a + i + 4));
-    s2 = _mm_add_ps(s2, _mm_loadu_ps(a + i + 8));
-    s3 = _mm_add_ps(s3, _mm_loadu_ps(a + i + 12));
-  }
-  alignas(16) float lanes[4];
-  _mm_store_ps(lanes, _mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
-  s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-#endif
-  for (; i < n; ++i) s += a[i];
-  return s;
-}
-
-// Read bandwidth (GB/s, best of 8 passes) over `bytes`, split over the pool.
-double StreamReadGbPerS(int64_t bytes, ThreadPool& pool) {
-  const int64_t n = bytes / 4;
-  const int64_t parts = pool.num_threads();
-  std::vector<float> a(n, 1.0f), partial(parts);
-  double best = 0;
-  for (int pass = 0; pass < 8; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.ParallelFor(parts, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        partial[i] = SumFloats(a.data() + n * i / parts,
-                               n * (i + 1) / parts - n * i / parts);
-      }
-    });
-    const double sec =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count();
-    if (partial[0] != static_cast<float>(-1))
-      best = std::max(best, bytes / sec);
-  }
-  return best * 1e-9;
 }
 
 struct Result {
@@ -279,7 +207,7 @@ int main(int argc, char** argv) {
   int64_t model_bytes = 0;
   auto w = pdserve::MakeModel(&model_bytes);
   pdserve::ThreadPool pool(threads);
-  const double stream = pdserve::StreamReadGbPerS(model_bytes, pool);
+  const double stream = pdserve::bench::StreamReadGbPerS(model_bytes, pool);
   std::printf(
       "{\"bench\":\"stream_read\",\"threads\":%d,\"mb\":%.1f,"
       "\"gb_per_s\":%.2f}\n",

@@ -1,8 +1,8 @@
 // Physical limits of this CPU, measured, for reading the engine benchmarks as
 // a fraction of them (bench/cpu_compare.py runs it in the same run as the
 // engines, at the same thread counts):
-//   read_gb_s     streaming read bandwidth: each thread sums its slice of a
-//                 buffer far larger than the last-level cache (AVX2 loads),
+//   read_gb_s     streaming read bandwidth (read_probe.h): each thread sums
+//                 its slice of a buffer far larger than the last-level cache,
 //                 best of --passes; bytes read / wall time
 //   copy_gb_s     the engine metrics' start-up probe (MeasureHostCopyBandwidth:
 //                 memcpy, bytes read + written), for comparison
@@ -36,6 +36,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/read_probe.h"
+#include "kernels/thread_pool.h"
 #include "nlohmann/json.hpp"
 #include "server/metrics/bandwidth_probe.h"
 
@@ -63,46 +65,6 @@ double RunParallel(int threads, const std::function<void(int)>& fn) {
   go.store(true, std::memory_order_release);
   for (std::thread& w : workers) w.join();
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-__attribute__((target("avx2"))) float SumSlice(const float* a, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
-    s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
-    s2 = _mm256_add_ps(s2, _mm256_load_ps(a + i + 16));
-    s3 = _mm256_add_ps(s3, _mm256_load_ps(a + i + 24));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  float s = 0;
-  for (float l : lanes) s += l;
-  for (; i < n; ++i) s += a[i];
-  return s;
-}
-
-double ReadGbPerS(int64_t bytes, int threads, int passes) {
-  const int64_t n = bytes / 4;
-  float* a = static_cast<float*>(std::aligned_alloc(64, n * 4));
-  if (a == nullptr) return 0;
-  // Each thread touches (first-writes) its own slice.
-  RunParallel(threads, [&](int t) {
-    const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-    std::fill(a + b, a + e, 1.0f);
-  });
-  std::vector<float> sink(threads);
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const double s = RunParallel(threads, [&](int t) {
-      const int64_t b = (n * t / threads) / 8 * 8, e = (n * (t + 1) / threads) / 8 * 8;
-      sink[t] = SumSlice(a + b, e - b);
-    });
-    best = std::max(best, bytes / s);
-  }
-  std::free(a);
-  if (sink[0] == -1.0f) std::printf(" ");
-  return best * 1e-9;
 }
 
 // Each kernel runs `iters` iterations of its unrolled body per thread and
@@ -297,7 +259,10 @@ int Main(int argc, char** argv) {
   out["read_mib"] = read_mib;
   for (int t : threads) {
     nlohmann::json r;
-    r["read_gb_s"] = ReadGbPerS(read_mib << 20, t, passes);
+    {
+      ThreadPool pool(t);
+      r["read_gb_s"] = StreamReadGbPerS(read_mib << 20, pool, passes);
+    }
     auto copy = metrics::MeasureHostCopyBandwidth(
         {.buffer_bytes = 256 << 20, .reps = passes, .threads = t});
     r["copy_gb_s"] = copy.ok() ? copy->bytes_per_second * 1e-9 : 0.0;
