@@ -210,11 +210,12 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
         "model '%s' is not served here (serving '%s')", req.model(), model.name));
   }
   const bool chat = req.messages_size() > 0;
-  if (chat && !req.prompt().empty()) {
+  const bool ids = req.prompt_ids_size() > 0;
+  if (chat + !req.prompt().empty() + ids > 1) {
     return absl::InvalidArgumentError(
-        "give either messages or prompt, not both");
+        "give one of messages, prompt or prompt_ids, not several");
   }
-  if (!chat && req.prompt().empty()) {
+  if (!chat && !ids && req.prompt().empty()) {
     return absl::InvalidArgumentError(
         "messages is empty and no prompt is given");
   }
@@ -258,6 +259,16 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
       if (!ids.ok()) return ids.status();
       out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
     }
+  } else if (ids) {
+    for (int i = 0; i < req.prompt_ids_size(); ++i) {
+      const int32_t id = req.prompt_ids(i);
+      if (id < 0 || id >= tok.vocab_size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "prompt_ids[%d] = %d is outside the vocabulary [0, %d)", i, id,
+            tok.vocab_size()));
+      }
+    }
+    out.prompt_ids.assign(req.prompt_ids().begin(), req.prompt_ids().end());
   } else {
     if (auto s = CheckUtf8("prompt", req.prompt()); !s.ok()) return s;
     auto ids = tok.Encode(req.prompt(), /*parse_special=*/false);
