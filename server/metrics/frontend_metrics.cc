@@ -82,6 +82,13 @@ void FrontendMetrics::Register() {
     e2e_[i] = &HistogramFamily(r, kE2e).Add(api, RequestLatencyBuckets());
   }
   http_requests_ = &CounterFamily(r, kHttpRequests);
+  // The main routes' successes exist from the start (zeros, not absent).
+  for (const char* route :
+       {"/v1/chat/completions", "/v1/completions", "/v1/messages"}) {
+    request_counters_.emplace(
+        absl::StrCat(route, " 200"),
+        &http_requests_->Add({{"route", route}, {"code", "200"}}));
+  }
   queue_ = &HistogramFamily(r, kQueueTime).Add({}, RequestLatencyBuckets());
   prefill_ = &HistogramFamily(r, kPrefillTime).Add({}, RequestLatencyBuckets());
   decode_ = &HistogramFamily(r, kDecodeTime).Add({}, RequestLatencyBuckets());
