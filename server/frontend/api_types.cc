@@ -65,7 +65,7 @@ ApiError ToApiError(const absl::Status& status, bool during_validation) {
     e.message = e.message.substr(std::string("sampling.").size());
     path = path.substr(std::string("sampling.").size());
   }
-  e.param = path;
+  if (during_validation) e.param = path;  // later failures name no field
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
       e.status = 400;
