@@ -152,23 +152,10 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // Feeds the finished call to the front end's metrics (exactly once, paired
   // with RecordRequestStart).
   void RecordRequestLocked() {
-    metrics::FrontendMetrics* m = service_->metrics_;
-    if (m == nullptr) return;
     metrics::RequestStats r;
     if (stream_ != nullptr) r = stream_->Stats();
     r.method = "Generate";
-    r.api = "grpc";
-    r.grpc_code = static_cast<int>(close_status_.error_code());
-    r.e2e_seconds = Seconds(Clock::now() - start_);
-    if (close_status_.error_code() == grpc::StatusCode::CANCELLED) {
-      r.finish_reason = "cancelled";
-    } else if (!close_status_.ok()) {
-      r.finish_reason = "error";
-    }
-    if (absl::Status s = m->RecordRequest(r); !s.ok()) {
-      std::fprintf(stderr, "pdserve frontend: request metrics: %s\n",
-                   std::string(s.message()).c_str());
-    }
+    RecordFinishedRequest(service_->metrics_, r, "grpc", close_status_, start_);
   }
 
   InferenceServiceImpl* service_;

@@ -1,6 +1,7 @@
 #include "server/frontend/generation_stream.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +21,25 @@ Detokenizer::Options DetokenizerOptions(const v1::GenerateRequest& req,
 }
 
 }  // namespace
+
+void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
+                           metrics::RequestStats stats, absl::string_view api,
+                           const grpc::Status& status,
+                           GenerationStream::Clock::time_point start) {
+  if (metrics == nullptr) return;
+  stats.api = api;
+  stats.grpc_code = static_cast<int>(status.error_code());
+  stats.e2e_seconds = Seconds(GenerationStream::Clock::now() - start);
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    stats.finish_reason = "cancelled";
+  } else if (!status.ok()) {
+    stats.finish_reason = "error";
+  }
+  if (absl::Status s = metrics->RecordRequest(stats); !s.ok()) {
+    std::fprintf(stderr, "pdserve frontend: request metrics: %s\n",
+                 std::string(s.message()).c_str());
+  }
+}
 
 std::string NextRequestId(absl::string_view prefix) {
   static std::atomic<uint64_t> next{1};

@@ -113,6 +113,15 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   bool final_sent_ = false;
 };
 
+// Records one finished request in `metrics` (may be null): `stats` (the
+// stream's Stats(), or default when none started) with the API, status
+// code, e2e time since `start`, and finish reason "cancelled" / "error" for
+// a CANCELLED / other non-OK status. Problems are logged to stderr.
+void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
+                           metrics::RequestStats stats, absl::string_view api,
+                           const grpc::Status& status,
+                           GenerationStream::Clock::time_point start);
+
 // "req-N" ids for requests that bring none (process-wide counter).
 std::string NextRequestId(absl::string_view prefix = "req-");
 

@@ -1,6 +1,5 @@
 #include "server/frontend/http_generation.h"
 
-#include <cstdio>
 #include <random>
 
 namespace pdserve::frontend {
@@ -196,29 +195,15 @@ void HttpGeneration::FinishLocked() {
 }
 
 void HttpGeneration::RecordChoice(int index, const grpc::Status& status) {
-  metrics::FrontendMetrics* m = context_.metrics;
-  if (m == nullptr) return;
   std::shared_ptr<GenerationStream> stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stream = streams_[index];
   }
-  metrics::RequestStats r;
-  if (stream != nullptr) r = stream->Stats();
-  r.api = "http";
-  r.grpc_code = static_cast<int>(status.error_code());
-  r.e2e_seconds = std::chrono::duration<double>(
-                      GenerationStream::Clock::now() - start_)
-                      .count();
-  if (status.error_code() == grpc::StatusCode::CANCELLED) {
-    r.finish_reason = "cancelled";
-  } else if (!status.ok()) {
-    r.finish_reason = "error";
-  }
-  if (absl::Status s = m->RecordRequest(r); !s.ok()) {
-    std::fprintf(stderr, "pdserve frontend: request metrics: %s\n",
-                 std::string(s.message()).c_str());
-  }
+  RecordFinishedRequest(context_.metrics,
+                        stream != nullptr ? stream->Stats()
+                                          : metrics::RequestStats(),
+                        "http", status, start_);
 }
 
 }  // namespace pdserve::frontend

@@ -334,11 +334,49 @@ class OpenAiFormat : public ApiFormat {
   std::string StreamError(const ApiError& error) const override {
     return Sse(OpenAiErrorBody(error)) + "data: [DONE]\n\n";
   }
+  std::string StreamDelta(const ResponseMeta& meta, int index,
+                          const v1::Delta& delta) const override {
+    Json choice = TextJson(delta.text(), /*whole=*/false);
+    choice["index"] = index;
+    choice["logprobs"] = Logprobs(delta);
+    choice["finish_reason"] = nullptr;
+    return Sse(Chunk(meta, Json::array({std::move(choice)})));
+  }
+  std::string StreamFinal(const ResponseMeta& meta, int index,
+                          const v1::Final& final) const override {
+    Json choice = TextJson("", /*whole=*/false);
+    if (choice.contains("delta")) choice["delta"] = Json::object();
+    choice["index"] = index;
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = FinishReasonJson(final.finish_reason());
+    choice["stop_reason"] = StopReasonJson(final);
+    return Sse(Chunk(meta, Json::array({std::move(choice)})));
+  }
+  Json Complete(const ResponseMeta& meta,
+                const std::vector<ChoiceResult>& choices,
+                const v1::Usage& usage) const override {
+    Json list = Json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      Json choice = TextJson(choices[i].merged.text(), /*whole=*/true);
+      choice["index"] = i;
+      choice["logprobs"] = Logprobs(choices[i].merged);
+      choice["finish_reason"] = FinishReasonJson(choices[i].final.finish_reason());
+      choice["stop_reason"] = StopReasonJson(choices[i].final);
+      list.push_back(std::move(choice));
+    }
+    return Body(meta, std::move(list), usage);
+  }
   Json ErrorBody(const ApiError& error) const override {
     return OpenAiErrorBody(error);
   }
 
  protected:
+  // A choice's text: {"delta": {"content"}} / {"message": {...}} for chat,
+  // {"text"} for completions; `whole`: the complete (non-streamed) reply.
+  virtual Json TextJson(const std::string& text, bool whole) const = 0;
+  // The choice's logprobs object, or null when none were asked for.
+  virtual Json Logprobs(const v1::Delta& d) const = 0;
+
   Json Chunk(const ResponseMeta& meta, Json choices) const {
     Json j = {{"id", meta.id},
               {"object", std::string(object_) + (chunked_suffix_ ? ".chunk" : "")},
@@ -391,43 +429,15 @@ class ChatFormat : public OpenAiFormat {
     }
     return out;
   }
-  std::string StreamDelta(const ResponseMeta& meta, int index,
-                          const v1::Delta& delta) const override {
-    return Sse(Chunk(meta, Json::array({Json{{"index", index},
-                                             {"delta", {{"content", delta.text()}}},
-                                             {"logprobs", Logprobs(delta)},
-                                             {"finish_reason", nullptr}}})));
-  }
-  std::string StreamFinal(const ResponseMeta& meta, int index,
-                          const v1::Final& final) const override {
-    return Sse(Chunk(meta, Json::array({Json{
-                               {"index", index},
-                               {"delta", Json::object()},
-                               {"logprobs", nullptr},
-                               {"finish_reason",
-                                FinishReasonJson(final.finish_reason())},
-                               {"stop_reason", StopReasonJson(final)}}})));
-  }
-  Json Complete(const ResponseMeta& meta,
-                const std::vector<ChoiceResult>& choices,
-                const v1::Usage& usage) const override {
-    Json list = Json::array();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      list.push_back(
-          Json{{"index", i},
-               {"message",
-                {{"role", "assistant"}, {"content", choices[i].merged.text()}}},
-               {"logprobs", Logprobs(choices[i].merged)},
-               {"finish_reason", FinishReasonJson(choices[i].final.finish_reason())},
-               {"stop_reason", StopReasonJson(choices[i].final)}});
-    }
-    return Body(meta, std::move(list), usage);
-  }
-
  private:
-  // {"content": [{token, logprob, bytes, top_logprobs}]}, or null when the
-  // request asked for none.
-  Json Logprobs(const v1::Delta& d) const {
+  Json TextJson(const std::string& text, bool whole) const override {
+    if (whole) {
+      return Json{{"message", {{"role", "assistant"}, {"content", text}}}};
+    }
+    return Json{{"delta", {{"content", text}}}};
+  }
+  // {"content": [{token, logprob, bytes, top_logprobs}]}.
+  Json Logprobs(const v1::Delta& d) const override {
     if (d.logprobs_size() == 0) return nullptr;
     Json content = Json::array();
     for (int i = 0; i < d.logprobs_size() && i < d.token_ids_size(); ++i) {
@@ -457,42 +467,13 @@ class CompletionFormat : public OpenAiFormat {
   std::string StreamStart(const ResponseMeta&, int, int32_t) const override {
     return "";
   }
-  std::string StreamDelta(const ResponseMeta& meta, int index,
-                          const v1::Delta& delta) const override {
-    return Sse(Chunk(meta, Json::array({Json{{"index", index},
-                                             {"text", delta.text()},
-                                             {"logprobs", Logprobs(delta)},
-                                             {"finish_reason", nullptr}}})));
-  }
-  std::string StreamFinal(const ResponseMeta& meta, int index,
-                          const v1::Final& final) const override {
-    return Sse(Chunk(meta, Json::array({Json{
-                               {"index", index},
-                               {"text", ""},
-                               {"logprobs", nullptr},
-                               {"finish_reason",
-                                FinishReasonJson(final.finish_reason())},
-                               {"stop_reason", StopReasonJson(final)}}})));
-  }
-  Json Complete(const ResponseMeta& meta,
-                const std::vector<ChoiceResult>& choices,
-                const v1::Usage& usage) const override {
-    Json list = Json::array();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      list.push_back(Json{
-          {"index", i},
-          {"text", choices[i].merged.text()},
-          {"logprobs", Logprobs(choices[i].merged)},
-          {"finish_reason", FinishReasonJson(choices[i].final.finish_reason())},
-          {"stop_reason", StopReasonJson(choices[i].final)}});
-    }
-    return Body(meta, std::move(list), usage);
-  }
-
  private:
+  Json TextJson(const std::string& text, bool) const override {
+    return Json{{"text", text}};
+  }
   // The legacy shape: tokens, token_logprobs, top_logprobs ({text: lp}),
   // text_offset (bytes into this piece of text).
-  Json Logprobs(const v1::Delta& d) const {
+  Json Logprobs(const v1::Delta& d) const override {
     if (d.logprobs_size() == 0) return nullptr;
     Json tokens = Json::array(), lps = Json::array(), tops = Json::array(),
          offsets = Json::array();

@@ -211,9 +211,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
   }
   const bool chat = req.messages_size() > 0;
   const bool ids = req.prompt_ids_size() > 0;
-  if (chat + !req.prompt().empty() + ids > 1) {
+  if (chat && !req.prompt().empty()) {
     return absl::InvalidArgumentError(
-        "give one of messages, prompt or prompt_ids, not several");
+        "give either messages or prompt, not both");
+  }
+  if (ids && (chat || !req.prompt().empty())) {
+    return absl::InvalidArgumentError(
+        "prompt_ids cannot be given with messages or prompt");
   }
   if (!chat && !ids && req.prompt().empty()) {
     return absl::InvalidArgumentError(
