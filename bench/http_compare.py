@@ -269,6 +269,10 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench/results/http_compare.json"))
     args = ap.parse_args()
     args.pdserve = args.pdserve or str(ROOT / args.build / "server/cli/pdserve")
+    # One socket per stream: lift the soft descriptor limit.
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     levels = [int(c) for c in args.concurrency.split(",") if c]
     model_name = pathlib.Path(args.model).name.removesuffix(".gguf")
     report = {"model": args.model, "threads": args.threads,
