@@ -229,7 +229,15 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     req.body = std::move(msg.body());
     StartProbe();
-    server_->handler()(std::move(req), MakeWriter());
+    std::shared_ptr<ResponseWriter> writer = MakeWriter();
+    try {
+      server_->handler()(std::move(req), writer);
+    } catch (const std::exception& e) {
+      // A handler bug must not take the server down: answer 500.
+      auto [type, body] = server_->ErrorBody(
+          500, absl::StrCat("internal error: ", e.what()));
+      writer->Respond(500, type, std::move(body));
+    }
   }
 
   std::shared_ptr<ResponseWriter> MakeWriter();
