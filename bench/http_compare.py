@@ -155,7 +155,8 @@ def start_pdserve(args, http_port):
          "--http-port", str(http_port), "--threads", str(args.threads)],
         stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
-    while "HTTP API" not in open(log).read():
+    # serve's ready summary ends with the engine's line.
+    while not re.search(r"^\s+engine\s+pid", open(log).read(), re.M):
         if proc.poll() is not None or time.monotonic() > deadline:
             sys.exit(f"pdserve serve failed:\n{open(log).read()[-3000:]}")
         time.sleep(0.2)
