@@ -262,6 +262,7 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
   final_event.mutable_usage()->set_prompt_tokens(r.spec.prompt_ids_size());
   final_event.mutable_usage()->set_completion_tokens(
       static_cast<int32_t>(r.generated.size()));
+  final_event.mutable_usage()->set_cached_tokens(r.cached_tokens);
   v1::Timings* t = final_event.mutable_timings();
   const Clock::time_point now = Clock::now();
   t->set_queue_ms(Ms((r.was_admitted ? r.admitted : now) - r.submitted));

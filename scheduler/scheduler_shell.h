@@ -106,6 +106,9 @@ class SchedulerShell {
     std::vector<int32_t> generated;
     Clock::time_point submitted, admitted, first_token, last_token;
     bool was_admitted = false;
+    // Prompt tokens the engine took from its prefix cache (reported with
+    // the admission, before any token was generated).
+    int32_t cached_tokens = 0;
   };
 
   void Loop();

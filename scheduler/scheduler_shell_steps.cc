@@ -4,6 +4,7 @@
 // streamed, finished sequences marked in the policy). The engine executes the
 // stream in order, and an entry for a sequence that already finished is
 // reported without running, so a speculative plan is always valid.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -84,6 +85,7 @@ void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
       policy_->pool().max_seq_len, add->prompt_ids_size() + remaining)));
   *add->mutable_sampling() = r.spec.sampling();
   *add->mutable_stop_ids() = r.spec.stop_ids();
+  add->set_top_logprobs(r.spec.top_logprobs());
 }
 
 bool SchedulerShell::DispatchNext() {
@@ -183,6 +185,11 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
   }
   for (const v1::CachedPrefix& c : resp.cached()) {
     policy_->MarkPrefixCached(c.seq_id(), c.tokens());
+    auto it = requests_.find(c.seq_id());
+    if (it != requests_.end() && it->second.generated.empty()) {
+      it->second.cached_tokens =
+          std::min(c.tokens(), it->second.spec.prompt_ids_size());
+    }
   }
   if (resp.outputs_size() > 0) {
     ++steps_;
@@ -209,6 +216,9 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
       v1::TokenEvent event;
       event.add_token_ids(out.token_id());
       event.add_logprobs(out.logprob());
+      if (out.top_logprobs_size() > 0) {
+        *event.add_top_logprobs()->mutable_alternatives() = out.top_logprobs();
+      }
       r.sink->Send(event);
     }
     if (out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {

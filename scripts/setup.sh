@@ -32,7 +32,7 @@ fi
 PACKAGES=(
   build-essential cmake pkg-config git unzip
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv python3-grpcio python3-grpc-tools
   prometheus yamllint
@@ -75,5 +75,10 @@ fi
 # Dockerfile parser) in a private venv; the tests skip those checks without it.
 if ! "$(dirname "$0")/../deploy/tools/setup-validators.sh"; then
   say "deploy validators not installed; deploy schema checks will be skipped"
+fi
+# The official openai / anthropic SDKs for the HTTP API integration tests, in
+# a private venv; those tests skip without it.
+if ! "$(dirname "$0")/setup-test-venv.sh"; then
+  say "test venv not installed; the HTTP API SDK tests will be skipped"
 fi
 say "done"

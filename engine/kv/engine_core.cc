@@ -54,7 +54,8 @@ struct EngineSequence {
   int64_t plan_stamp = -1;   // last step that listed it (duplicates)
   int64_t logits_step = -1;  // step whose logits row it owns
   int64_t logits_row = -1;
-  // No penalties: a device backend may sample it (DeviceSamplingParams).
+  // No penalties, bias or top logprobs: a device backend may sample it
+  // (DeviceSamplingParams).
   bool device_samplable = false;
   DeviceSamplingParams device_params;
 
@@ -240,7 +241,9 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->max_new_tokens = max_new_tokens;
   seq->device_samplable = params.repetition_penalty == 1.0f &&
                           params.presence_penalty == 0.0f &&
-                          params.frequency_penalty == 0.0f;
+                          params.frequency_penalty == 0.0f &&
+                          params.logit_bias.empty() &&
+                          params.top_logprobs == 0;
   seq->device_params.temperature = params.temperature;
   seq->device_params.top_k = params.top_k;
   seq->device_params.top_p = params.top_p;
@@ -486,6 +489,8 @@ void EngineCore::Impl::Apply(EngineSequence& seq, const SampledToken& sampled,
   out.has_token = true;
   out.token = token;
   out.logprob = sampled.logprob;
+  out.num_top = sampled.num_top;
+  std::copy_n(sampled.top.begin(), sampled.num_top, out.top.begin());
   seq.tokens.push_back(token);
   ++seq.generated;
   if (std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=

@@ -36,11 +36,11 @@
 #include "absl/types/span.h"
 #include "engine/backend/device_spec.h"
 #include "engine/kv/kv_pool.h"
+#include "engine/model/sampler.h"
 #include "engine/model_weights.h"
 
 namespace pdserve {
 
-struct SamplingParams;  // engine/model/sampler.h
 class ThreadPool;       // kernels/thread_pool.h
 
 // Engine construction options.
@@ -101,6 +101,10 @@ struct SequenceStepResult {
   float logprob = 0.0f;          // log p(token) under the model's
                                  // distribution (log-softmax of the raw
                                  // logits, before penalties/temperature)
+  // With has_token and the sequence's SamplingParams::top_logprobs = k > 0:
+  // the k most likely tokens of that step (SampledToken::top).
+  int32_t num_top = 0;
+  std::array<TokenLogprob, kMaxTopLogprobs> top;
   FinishReason finish = FinishReason::kNone;
   // Positions the plans have covered so far: those valid in its mask, less
   // cached prefix tokens (prefix_cache) that no plan entry has reached yet.

@@ -47,6 +47,16 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
     return OutOfRange("frequency_penalty", p.frequency_penalty, "[-2, 2]");
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling parameter logit_bias[", id, "] = ", bias,
+                       " is outside its range [-100, 100]"));
+    }
+  }
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+    return OutOfRange("top_logprobs", p.top_logprobs, "[0, 20]");
+  }
   return absl::OkStatus();
 }
 
@@ -65,6 +75,13 @@ absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(
         absl::StrCat("sampler vocab_size must be in [1, 2^31), got ",
                      vocab_size));
   }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling parameter logit_bias names token ", id,
+                       ", outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
   return std::unique_ptr<Sampler>(
       new Sampler(params, static_cast<int32_t>(vocab_size)));
 }
@@ -82,6 +99,10 @@ bool Sampler::HasPenalties() const {
   return params_.repetition_penalty != 1.0f ||
          params_.presence_penalty != 0.0f ||
          params_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::AdjustsLogits() const {
+  return (HasPenalties() && !seen_.empty()) || !params_.logit_bias.empty();
 }
 
 bool Sampler::HasFilters() const {
@@ -117,6 +138,29 @@ void Sampler::ApplyPenalties(float* values) const {
     }
     values[t] = v;
   }
+  for (const auto& [id, bias] : params_.logit_bias) values[id] += bias;
+}
+
+// One pass over the vocabulary keeping the k best in a sorted array (k <= 20:
+// an insertion only when a logit beats the current k-th).
+void Sampler::FillTopLogprobs(absl::Span<const float> logits, float log_z,
+                              SampledToken* out) const {
+  const int32_t k = std::min(params_.top_logprobs, vocab_size_);
+  out->num_top = k;
+  if (k == 0) return;
+  TokenLogprob* top = out->top.data();
+  int32_t n = 0;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    const float v = logits[i];
+    if (n == k && !(v > top[k - 1].logprob)) continue;
+    int32_t j = n < k ? n++ : k - 1;
+    while (j > 0 && top[j - 1].logprob < v) {
+      top[j] = top[j - 1];
+      --j;
+    }
+    top[j] = {i, v};
+  }
+  for (int32_t j = 0; j < k; ++j) top[j].logprob -= log_z;
 }
 
 double Sampler::Uniform() {
@@ -210,7 +254,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   const float log_z = LogSumExp(logits.data(), vocab_size_);
 
   int32_t token = 0;
-  const bool penalties = HasPenalties() && !seen_.empty();
+  const bool penalties = AdjustsLogits();
   if (!penalties && params_.temperature == 0.0f) {
     for (int32_t i = 1; i < vocab_size_; ++i) {
       if (logits[i] > logits[token]) token = i;
@@ -248,6 +292,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   SampledToken out;
   out.token = token;
   out.logprob = logits[token] - log_z;
+  FillTopLogprobs(logits, log_z, &out);
   return out;
 }
 

@@ -3,9 +3,11 @@
 #ifndef PDSERVE_ENGINE_MODEL_SAMPLER_H_
 #define PDSERVE_ENGINE_MODEL_SAMPLER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,6 +22,7 @@ namespace pdserve {
 //      the output: logit > 0 ? logit / r : logit * r;
 //      frequency_penalty f and presence_penalty p for output tokens:
 //      logit -= f * count + p * (count > 0);
+//      then logit_bias[id] is added;
 //   2. temperature 0: the argmax (ties: lowest id); nothing below applies;
 //   3. logits / temperature, softmax;
 //   4. top_k (0 = off): keep the k most likely tokens;
@@ -35,7 +38,16 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // [-2, 2]
   float frequency_penalty = 0.0f;   // [-2, 2]
   uint64_t seed = 0;              // seeds the sequence's std::mt19937_64
+  // (token id, bias) pairs added to the logits after the penalties: ids in
+  // [0, vocab), biases in [-100, 100] (OpenAI's logit_bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Most likely tokens to report with each sampled token, under the raw
+  // distribution (as SampledToken::logprob): 0..kMaxTopLogprobs.
+  int32_t top_logprobs = 0;
 };
+
+// The most alternatives SamplingParams::top_logprobs may ask for (OpenAI's).
+inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // INVALID_ARGUMENT naming the field and value when a parameter is out of its
 // range (or NaN).
@@ -57,11 +69,22 @@ class SamplerScratch {
   std::vector<int32_t> ids;   // candidate ids
 };
 
+// A token id and its log-probability (natural log).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
 // The chosen token and its log-probability under the model's distribution
-// (log-softmax of the raw logits, before penalties and temperature).
+// (log-softmax of the raw logits, before penalties, bias and temperature);
+// with params.top_logprobs = k > 0, the k most likely tokens of that same
+// distribution in top[0, num_top), most likely first (ties: lowest id).
+// Fixed size: no allocation per sample.
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;
+  int32_t num_top = 0;
+  std::array<TokenLogprob, kMaxTopLogprobs> top;
 };
 
 // Per-sequence sampling state: the parameters, an RNG seeded from
@@ -73,8 +96,8 @@ struct SampledToken {
 // call Sample does not allocate. Thread-compatible.
 class Sampler {
  public:
-  // INVALID_ARGUMENT for bad params (see ValidateSamplingParams) or
-  // vocab_size < 1.
+  // INVALID_ARGUMENT for bad params (see ValidateSamplingParams),
+  // vocab_size < 1, or a logit_bias id outside [0, vocab_size).
   static absl::StatusOr<std::unique_ptr<Sampler>> Create(
       const SamplingParams& params, int64_t vocab_size);
 
@@ -95,6 +118,10 @@ class Sampler {
   Sampler(const SamplingParams& params, int32_t vocab_size);
   bool HasPenalties() const;
   bool HasFilters() const;
+  // Penalties with history to apply, or a logit bias: logits are copied.
+  bool AdjustsLogits() const;
+  void FillTopLogprobs(absl::Span<const float> logits, float log_z,
+                       SampledToken* out) const;
   void ApplyPenalties(float* values) const;
   double Uniform();  // [0, 1), 53 random bits
   int32_t DrawPlain(const float* logits);

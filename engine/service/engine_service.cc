@@ -23,6 +23,10 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
   s.repetition_penalty =
       p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
   s.seed = p.seed();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order varies
   return s;
 }
 
@@ -275,10 +279,12 @@ void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
 }
 
 absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
+  SamplingParams params = ToSamplingParams(req.sampling());
+  params.top_logprobs = req.top_logprobs();
   return core_->AddSequence(
       req.seq_id(),
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),
-      req.max_seq_len(), ToSamplingParams(req.sampling()),
+      req.max_seq_len(), params,
       absl::MakeConstSpan(req.stop_ids().data(), req.stop_ids_size()),
       req.max_new_tokens());
 }
@@ -310,6 +316,11 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
     out->set_logprob(r.logprob);
     out->set_finish_reason(ToProto(r.finish));
     out->set_kv_tokens(static_cast<int32_t>(r.next_pos));
+    for (int32_t k = 0; k < r.num_top; ++k) {
+      v1::TokenLogprob* alt = out->add_top_logprobs();
+      alt->set_token_id(r.top[k].token);
+      alt->set_logprob(r.top[k].logprob);
+    }
     (plan_[i].num_tokens > 1 || !r.has_token ? prefill : decode) +=
         r.tokens_processed;
   }

@@ -76,6 +76,16 @@ const std::vector<FlagSpec>& Flags() {
       {"step-log", true, "scheduler: per-step CSV for simulate --calibration"},
       {"drain-seconds", true, "front end drain time on SIGTERM (default 30)"},
       {"name", true, "model name to report"},
+      {"served-model-name", true,
+       "model name the public APIs serve (default: the model file's stem)"},
+      {"http-port", true,
+       "OpenAI/Anthropic-compatible HTTP API port (default 8000; 0 = off)"},
+      {"http-threads", true, "front end: HTTP API IO threads (default 2)"},
+      {"http-max-body", true,
+       "front end: largest HTTP request body in bytes (default 8388608)"},
+      {"api-key", true,
+       "front end: HTTP API keys, comma-separated (default: none required)"},
+      {"api-key-file", true, "front end: file of HTTP API keys, one a line"},
       {"config", true,
        "JSON config file (sections serve/engine/scheduler/frontend)"},
   };
@@ -288,7 +298,19 @@ int RunServe(int argc, char** argv) {
               {"frontend", "--model", args->String("model", ""), "--scheduler",
                absl::StrCat("127.0.0.1:", scheduler_port), "--host", host,
                "--port", port, "--metrics-port", metrics[0]}};
-  Forward(*args, front.args, {"tokenizer", "drain-seconds", "name", "config"});
+  Forward(*args, front.args,
+          {"tokenizer", "drain-seconds", "name", "served-model-name",
+           "http-threads", "http-max-body", "api-key", "api-key-file",
+           "config"});
+  const std::string http_port = args->String("http-port", "8000");
+  if (auto p = args->Int("http-port", 8000); !p.ok() || *p < 0 || *p > 65535) {
+    std::fprintf(stderr,
+                 "pdserve serve: --http-port %s is not a port in 0..65535\n",
+                 http_port.c_str());
+    return 2;
+  }
+  front.args.push_back("--http-port");
+  front.args.push_back(http_port);
   std::vector<Child*> children = {&engine, &sched, &front};
   if (args->Bool("no-prefix-cache")) engine.args.push_back("--no-prefix-cache");
   if (args->Bool("vllm-metrics")) {
@@ -347,6 +369,11 @@ int RunServe(int argc, char** argv) {
           "  public API  %s:%s  (pdserve.v1.Inference, grpc.health.v1, "
           "reflection)\n",
           host.c_str(), port.c_str());
+      if (http_port != "0") {
+        std::printf(
+            "  HTTP API    http://%s:%s/v1  (OpenAI- and Anthropic-compatible)\n",
+            host.c_str(), http_port.c_str());
+      }
       std::printf("  frontend    pid %d  metrics http://127.0.0.1:%s/metrics\n",
                   front.pid, metrics[0].c_str());
       std::printf(

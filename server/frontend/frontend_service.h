@@ -11,6 +11,7 @@
 #include "pdserve/v1/api.grpc.pb.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
 #include "scheduler/cli_args.h"
+#include "server/frontend/generation_stream.h"
 #include "server/frontend/request_prep.h"
 #include "server/metrics/frontend_metrics.h"
 
@@ -52,6 +53,10 @@ class InferenceServiceImpl final
   void SetDraining(bool draining) { draining_ = draining; }
   // Generate streams open now.
   int active_streams() const { return active_; }
+  // What a GenerationStream of this front end needs.
+  GenerationContext generation_context() const {
+    return {model_, scheduler_, metrics_};
+  }
 
  private:
   friend class GenerateCall;
@@ -60,7 +65,6 @@ class InferenceServiceImpl final
   metrics::FrontendMetrics* metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};
-  std::atomic<uint64_t> next_request_{1};
 };
 
 // Flags of `pdserve frontend` (keys of the "frontend" config section).

@@ -1,11 +1,14 @@
 #include "server/frontend/request_prep.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 #include "server/tokenizer/unicode.h"
 
 namespace pdserve::frontend {
@@ -17,7 +20,7 @@ absl::Status CheckUtf8(const std::string& field, const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
 }
 
-absl::Status CheckSampling(const v1::SamplingParams& p) {
+absl::Status CheckSampling(const v1::SamplingParams& p, int32_t vocab_size) {
   if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "sampling.temperature %g must be a finite number >= 0", p.temperature()));
@@ -38,6 +41,52 @@ absl::Status CheckSampling(const v1::SamplingParams& p) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "sampling.repetition_penalty %g must be >= 0 (0 = off)",
         p.repetition_penalty()));
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty()},
+        {"frequency_penalty", p.frequency_penalty()}}) {
+    if (!(value >= -2 && value <= 2)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sampling.%s %g must be in [-2, 2] (0 = off)", name, value));
+    }
+  }
+  if (p.logit_bias_size() > kMaxLogitBias) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.logit_bias has %d entries; at most %d",
+                        p.logit_bias_size(), kMaxLogitBias));
+  }
+  for (const auto& [id, bias] : p.logit_bias()) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sampling.logit_bias token %d is outside the vocabulary [0, %d)", id,
+          vocab_size));
+    }
+    if (!(bias >= -100 && bias <= 100)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sampling.logit_bias[%d] %g must be in [-100, 100]", id, bias));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// chat_template_kwargs as template variables (JSON values).
+absl::Status ApplyTemplateKwargs(const google::protobuf::Struct& kwargs,
+                                 ChatRenderOptions* options) {
+  if (kwargs.fields_size() == 0) return absl::OkStatus();
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(kwargs, &json).ok()) {
+    return absl::InvalidArgumentError("chat_template_kwargs is not valid JSON");
+  }
+  const nlohmann::ordered_json parsed =
+      nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) {
+    return absl::InvalidArgumentError("chat_template_kwargs must be an object");
+  }
+  for (const auto& [key, value] : parsed.items()) {
+    if (key == "enable_thinking" && value.is_boolean()) {
+      options->enable_thinking = value.get<bool>();
+    }
+    options->extra_variables[key] = value;
   }
   return absl::OkStatus();
 }
@@ -73,6 +122,10 @@ absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
   }
   ChatRenderOptions options;
   options.now = absl::Now();  // for templates that call strftime_now()
+  if (absl::Status s = ApplyTemplateKwargs(req.chat_template_kwargs(), &options);
+      !s.ok()) {
+    return s;
+  }
   return model.chat_template->RenderSegments(messages, options,
                                              model.control_tokens);
 }
@@ -157,15 +210,28 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
         "model '%s' is not served here (serving '%s')", req.model(), model.name));
   }
   const bool chat = req.messages_size() > 0;
+  const bool ids = req.prompt_ids_size() > 0;
   if (chat && !req.prompt().empty()) {
     return absl::InvalidArgumentError(
         "give either messages or prompt, not both");
   }
-  if (!chat && req.prompt().empty()) {
+  if (ids && (chat || !req.prompt().empty())) {
+    return absl::InvalidArgumentError(
+        "prompt_ids cannot be given with messages or prompt");
+  }
+  if (!chat && !ids && req.prompt().empty()) {
     return absl::InvalidArgumentError(
         "messages is empty and no prompt is given");
   }
-  if (auto s = CheckSampling(req.sampling()); !s.ok()) return s;
+  if (auto s = CheckSampling(req.sampling(), model.tokenizer->vocab_size());
+      !s.ok()) {
+    return s;
+  }
+  if (req.top_logprobs() < 0 || req.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "top_logprobs %d must be in [0, %d]", req.top_logprobs(),
+        kMaxTopLogprobs));
+  }
   if (req.max_tokens() < 0 || req.max_tokens() > model.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_tokens %d must be in [1, %d] (the sequence capacity), or 0 for "
@@ -197,6 +263,16 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
       if (!ids.ok()) return ids.status();
       out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
     }
+  } else if (ids) {
+    for (int i = 0; i < req.prompt_ids_size(); ++i) {
+      const int32_t id = req.prompt_ids(i);
+      if (id < 0 || id >= tok.vocab_size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "prompt_ids[%d] = %d is outside the vocabulary [0, %d)", i, id,
+            tok.vocab_size()));
+      }
+    }
+    out.prompt_ids.assign(req.prompt_ids().begin(), req.prompt_ids().end());
   } else {
     if (auto s = CheckUtf8("prompt", req.prompt()); !s.ok()) return s;
     auto ids = tok.Encode(req.prompt(), /*parse_special=*/false);
@@ -215,8 +291,56 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
   const int64_t room = model.max_seq_len - n + 1;
   out.max_new_tokens = static_cast<int32_t>(
       req.max_tokens() == 0 ? room : std::min<int64_t>(req.max_tokens(), room));
-  out.stop_ids = tok.stop_ids();
+  if (!req.ignore_eos()) out.stop_ids = tok.stop_ids();
   return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizeText(const ModelContext& model,
+                                                  const std::string& text,
+                                                  bool add_bos,
+                                                  bool parse_special) {
+  const Tokenizer& tok = *model.tokenizer;
+  auto ids = tok.Encode(text, parse_special);
+  if (!ids.ok()) return ids.status();
+  if (add_bos && tok.bos_id() >= 0) ids->insert(ids->begin(), tok.bos_id());
+  return ids;
+}
+
+absl::StatusOr<std::string> DetokenizeIds(const ModelContext& model,
+                                          absl::Span<const int32_t> ids) {
+  const Tokenizer& tok = *model.tokenizer;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= tok.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token_ids[", i, "] = ", ids[i], " is outside the vocabulary [0, ",
+          tok.vocab_size(), ")"));
+    }
+  }
+  return unicode::ReplaceInvalidUtf8(tok.Decode(ids));
+}
+
+v1::ModelInfo DescribeModel(const ModelContext& model) {
+  v1::ModelInfo m;
+  m.set_name(model.name);
+  m.set_vocab_size(model.tokenizer->vocab_size());
+  m.set_max_seq_len(static_cast<int32_t>(model.max_seq_len));
+  m.set_has_chat_template(!model.tokenizer->chat_template().empty());
+  return m;
+}
+
+std::string DefaultServedModelName(const std::string& model_path) {
+  std::string path = model_path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  for (const char* ext : {".gguf", ".bin", ".safetensors"}) {
+    const size_t n = std::strlen(ext);
+    if (base.size() > n && base.compare(base.size() - n, n, ext) == 0) {
+      base.resize(base.size() - n);
+      break;
+    }
+  }
+  return base;
 }
 
 }  // namespace pdserve::frontend

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "pdserve/v1/api.pb.h"
 #include "server/chat/chat_template.h"
 #include "server/tokenizer/tokenizer.h"
@@ -33,6 +34,8 @@ struct ModelContext {
 // Limits on request fields beyond the model's.
 constexpr int kMaxStopStrings = 16;
 constexpr int kMaxStopStringBytes = 256;
+constexpr int kMaxLogitBias = 1024;   // sampling.logit_bias entries
+constexpr int kMaxTopLogprobs = 20;   // top_logprobs (OpenAI's bound)
 
 // A request ready for the scheduler.
 struct PreparedRequest {
@@ -56,11 +59,37 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
 // INVALID_ARGUMENT: neither or both of messages/prompt, empty content of
 // every message, unknown role, invalid UTF-8 (field and byte offset),
 // max_tokens < 0 or above the capacity, temperature < 0 or not finite,
-// top_p/min_p outside [0, 1], top_k < 0, repetition_penalty < 0, too many
-// or too long stop strings, an unknown model name.
+// top_p/min_p outside [0, 1], top_k < 0, repetition_penalty < 0,
+// presence/frequency_penalty outside [-2, 2], more than kMaxLogitBias
+// logit_bias entries or one outside the vocabulary or [-100, 100],
+// top_logprobs outside [0, kMaxTopLogprobs], too many or too long stop
+// strings, an unknown model name, chat_template_kwargs that are not an
+// object. Messages start with the field's path in GenerateRequest
+// ("sampling.top_p 1.5 must be in [0, 1]").
 // RESOURCE_EXHAUSTED: prompt longer than the sequence capacity.
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
                                                const ModelContext& model);
+
+// The Tokenize RPC and POST /tokenize: `text` as ids, BOS first when
+// add_bos and the model has one; parse_special turns special-token text into
+// its id. INVALID_ARGUMENT for invalid UTF-8.
+absl::StatusOr<std::vector<int32_t>> TokenizeText(const ModelContext& model,
+                                                  const std::string& text,
+                                                  bool add_bos,
+                                                  bool parse_special);
+
+// The Detokenize RPC and POST /detokenize: invalid UTF-8 runs become U+FFFD.
+// INVALID_ARGUMENT "token_ids[i] = N is outside the vocabulary [0, V)".
+absl::StatusOr<std::string> DetokenizeIds(const ModelContext& model,
+                                          absl::Span<const int32_t> ids);
+
+// ListModels and GET /v1/models: the served name, vocabulary, capacity.
+v1::ModelInfo DescribeModel(const ModelContext& model);
+
+// The name a model is served under when none is given
+// (--served-model-name): the file's stem ("SmolLM2-135M-Instruct.Q4_1" for
+// .../SmolLM2-135M-Instruct.Q4_1.gguf), a folder's own name.
+std::string DefaultServedModelName(const std::string& model_path);
 
 }  // namespace pdserve::frontend
 

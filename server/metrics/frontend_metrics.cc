@@ -21,6 +21,8 @@ size_t FinishReasonIndex(absl::string_view reason) {
   return std::size(kFinishReasonNames) - 1;
 }
 
+size_t ApiIndex(absl::string_view api) { return api == "http" ? 1 : 0; }
+
 void ObserveIfMeasured(prometheus::Histogram& histogram, double seconds) {
   if (seconds >= 0.0) histogram.Observe(seconds);
 }
@@ -73,9 +75,20 @@ void FrontendMetrics::Register() {
   // see zeros instead of missing series.
   for (int code = 0; code <= 16; ++code) RequestCounter("Generate", code);
   in_flight_ = &GaugeFamily(r, kInFlight).Add({});
-  ttft_ = &HistogramFamily(r, kTtft).Add({}, RequestLatencyBuckets());
-  itl_ = &HistogramFamily(r, kItl).Add({}, TokenLatencyBuckets());
-  e2e_ = &HistogramFamily(r, kE2e).Add({}, RequestLatencyBuckets());
+  for (size_t i = 0; i < 2; ++i) {
+    const prometheus::Labels api = {{"api", i == 0 ? "grpc" : "http"}};
+    ttft_[i] = &HistogramFamily(r, kTtft).Add(api, RequestLatencyBuckets());
+    itl_[i] = &HistogramFamily(r, kItl).Add(api, TokenLatencyBuckets());
+    e2e_[i] = &HistogramFamily(r, kE2e).Add(api, RequestLatencyBuckets());
+  }
+  http_requests_ = &CounterFamily(r, kHttpRequests);
+  // The main routes' successes exist from the start (zeros, not absent).
+  for (const char* route :
+       {"/v1/chat/completions", "/v1/completions", "/v1/messages"}) {
+    request_counters_.emplace(
+        absl::StrCat(route, " 200"),
+        &http_requests_->Add({{"route", route}, {"code", "200"}}));
+  }
   queue_ = &HistogramFamily(r, kQueueTime).Add({}, RequestLatencyBuckets());
   prefill_ = &HistogramFamily(r, kPrefillTime).Add({}, RequestLatencyBuckets());
   decode_ = &HistogramFamily(r, kDecodeTime).Add({}, RequestLatencyBuckets());
@@ -112,9 +125,10 @@ void FrontendMetrics::RecordRequestStart() { in_flight_->Increment(); }
 absl::Status FrontendMetrics::RecordRequest(const RequestStats& request) {
   in_flight_->Decrement();
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  RequestCounter(request.method, request.grpc_code).Increment();
-  ObserveIfMeasured(*ttft_, request.ttft_seconds);
-  ObserveIfMeasured(*e2e_, request.e2e_seconds);
+  const size_t api = ApiIndex(request.api);
+  if (api == 0) RequestCounter(request.method, request.grpc_code).Increment();
+  ObserveIfMeasured(*ttft_[api], request.ttft_seconds);
+  ObserveIfMeasured(*e2e_[api], request.e2e_seconds);
   ObserveIfMeasured(*queue_, request.queue_seconds);
   ObserveIfMeasured(*prefill_, request.prefill_seconds);
   ObserveIfMeasured(*decode_, request.decode_seconds);
@@ -128,8 +142,28 @@ absl::Status FrontendMetrics::RecordRequest(const RequestStats& request) {
   return absl::OkStatus();
 }
 
-void FrontendMetrics::ObserveInterTokenLatency(double seconds) {
-  if (seconds >= 0.0 && std::isfinite(seconds)) itl_->Observe(seconds);
+void FrontendMetrics::ObserveInterTokenLatency(double seconds,
+                                               absl::string_view api) {
+  if (seconds >= 0.0 && std::isfinite(seconds)) {
+    itl_[ApiIndex(api)]->Observe(seconds);
+  }
+}
+
+void FrontendMetrics::RecordHttpRequest(absl::string_view route, int status) {
+  std::string key = absl::StrCat(route, " ", status);
+  prometheus::Counter* counter;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = request_counters_.find(key);
+    if (it == request_counters_.end()) {
+      counter = &http_requests_->Add(
+          {{"route", std::string(route)}, {"code", absl::StrCat(status)}});
+      request_counters_.emplace(std::move(key), counter);
+    } else {
+      counter = it->second;
+    }
+  }
+  counter->Increment();
 }
 
 void FrontendMetrics::RecordStreamWriteStall(double seconds) {

@@ -1,4 +1,5 @@
-// The front end process's metric set: requests by gRPC status code, per-token
+// The front end process's metric set: requests by gRPC status code and by
+// HTTP route and status, per-token
 // and per-request latency histograms (TTFT, inter-token, end-to-end, queue,
 // prefill, decode), tokens in and out, stream write stalls, tokenizer time.
 // Fed from plain values and RequestStats (server/metrics/stats.h).
@@ -45,8 +46,13 @@ class FrontendMetrics {
   // or non-finite latencies.
   absl::Status RecordRequest(const RequestStats& request);
 
-  // Gap between two consecutive streamed tokens of one request, in seconds.
-  void ObserveInterTokenLatency(double seconds);
+  // Gap between two consecutive streamed tokens of one request, in seconds;
+  // `api` "grpc" or "http" (RequestStats::api).
+  void ObserveInterTokenLatency(double seconds, absl::string_view api = "grpc");
+
+  // One finished HTTP request: route (one of the served paths, or "other")
+  // and status code.
+  void RecordHttpRequest(absl::string_view route, int status);
 
   // One stream write that blocked on the client for `seconds`.
   void RecordStreamWriteStall(double seconds);
@@ -62,9 +68,9 @@ class FrontendMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Gauge* in_flight_ = nullptr;
-  prometheus::Histogram* ttft_ = nullptr;
-  prometheus::Histogram* itl_ = nullptr;
-  prometheus::Histogram* e2e_ = nullptr;
+  // Per API: [0] grpc, [1] http.
+  std::array<prometheus::Histogram*, 2> ttft_{}, itl_{}, e2e_{};
+  prometheus::Family<prometheus::Counter>* http_requests_ = nullptr;
   prometheus::Histogram* queue_ = nullptr;
   prometheus::Histogram* prefill_ = nullptr;
   prometheus::Histogram* decode_ = nullptr;
@@ -77,7 +83,7 @@ class FrontendMetrics {
   std::array<prometheus::Counter*, 5> finish_reasons_{};
 
   std::mutex mu_;  // guards request_counters_
-  // Key: method + '/' + code name.
+  // Key: method + '/' + code name, or route + ' ' + HTTP status.
   absl::flat_hash_map<std::string, prometheus::Counter*> request_counters_;
 };
 

@@ -157,6 +157,10 @@ inline constexpr MetricSpec kTokenBudget = {
 inline constexpr MetricSpec kRequests = {
     "pdserve_frontend_requests_total", MetricType::kCounter,
     "Finished RPCs, by method and gRPC status code."};
+inline constexpr MetricSpec kHttpRequests = {
+    "pdserve_frontend_http_requests_total", MetricType::kCounter,
+    "Finished HTTP requests (OpenAI / Anthropic API), by route and status "
+    "code."};
 inline constexpr MetricSpec kInFlight = {"pdserve_frontend_requests_in_flight",
                                          MetricType::kGauge,
                                          "RPCs started and not yet finished."};
@@ -166,13 +170,14 @@ inline constexpr MetricSpec kFinishReasons = {
     "error)."};
 inline constexpr MetricSpec kTtft = {
     "pdserve_frontend_time_to_first_token_seconds", MetricType::kHistogram,
-    "Time from receiving a request to streaming its first token."};
+    "Time from receiving a request to streaming its first token, by API "
+    "(grpc, http)."};
 inline constexpr MetricSpec kItl = {
     "pdserve_frontend_inter_token_latency_seconds", MetricType::kHistogram,
-    "Time between two consecutive streamed tokens of one request."};
+    "Time between two consecutive streamed tokens of one request, by API."};
 inline constexpr MetricSpec kE2e = {
     "pdserve_frontend_request_duration_seconds", MetricType::kHistogram,
-    "End-to-end time of a request, receipt to final message."};
+    "End-to-end time of a request, receipt to final message, by API."};
 inline constexpr MetricSpec kQueueTime = {
     "pdserve_frontend_request_queue_seconds", MetricType::kHistogram,
     "Time a request waited in the scheduler queue before admission."};
@@ -256,6 +261,7 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kPlannedTokens,
                                                     &kTokenBudget,
                                                     &kRequests,
+                                                    &kHttpRequests,
                                                     &kInFlight,
                                                     &kFinishReasons,
                                                     &kTtft,

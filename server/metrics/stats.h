@@ -130,6 +130,10 @@ absl::string_view RejectReasonName(RejectReason reason);
 // token, `queue_seconds` from submission to admission.
 struct RequestStats {
   absl::string_view method = "Generate";  // RPC name, a bounded set
+  // Which public API served it: "grpc" (counted by method and code) or
+  // "http" (counted by route and status with RecordHttpRequest). Labels
+  // the TTFT, inter-token and end-to-end histograms.
+  absl::string_view api = "grpc";
   int grpc_code = 0;
   double ttft_seconds = -1.0;
   double e2e_seconds = -1.0;

@@ -1,6 +1,8 @@
 // Sampler: each mode, reproducibility, statistics with fixed seeds.
 #include "engine/model/sampler.h"
 
+#include "kernels/ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -256,6 +258,69 @@ TEST(SamplerTest, SharedScratchServesSeveralSamplers) {
       EXPECT_EQ(ta, b->Sample(logits)->token);  // own scratch, same draws
     }
   }
+}
+
+TEST(SamplerTest, LogitBiasShiftsGreedyAndIsValidated) {
+  const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.5f};
+  SamplingParams p;
+  p.logit_bias = {{2, 2.5f}};  // 1.0 + 2.5 = 3.5 beats 3.0
+  auto s = Make(p, 4);
+  auto t = s->Sample(logits);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->token, 2);
+  // The reported logprob is the raw model's, unbiased.
+  EXPECT_NEAR(t->logprob, 1.0f - LogSumExp(logits.data(), 4), 1e-5);
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(Make(p, 4)->Sample(logits)->token, 1);
+  // A -100 bias removes a token from temperature sampling too.
+  p.temperature = 1.0f;
+  auto hot = Make(p, 4);
+  for (int i = 0; i < 200; ++i) EXPECT_NE(hot->Sample(logits)->token, 0);
+
+  SamplingParams bad;
+  bad.logit_bias = {{1, 100.5f}};
+  EXPECT_THAT(std::string(Sampler::Create(bad, 4).status().message()),
+              HasSubstr("logit_bias[1] = 100.5 is outside its range [-100, 100]"));
+  bad.logit_bias = {{4, 1.0f}};
+  EXPECT_THAT(std::string(Sampler::Create(bad, 4).status().message()),
+              HasSubstr("logit_bias names token 4, outside the vocabulary [0, 4)"));
+}
+
+TEST(SamplerTest, TopLogprobsAreTheMostLikelyTokensOfTheRawDistribution) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> logits(1000);
+  for (float& v : logits) v = u(rng);
+  logits[17] = logits[18] = 9.0f;  // a tie: the lower id first
+  SamplingParams p;
+  p.top_logprobs = 5;
+  p.temperature = 0.8f;
+  p.repetition_penalty = 1.3f;  // adjusted sampling, raw alternatives
+  p.seed = 3;
+  auto s = Make(p, logits.size());
+  auto t = s->Sample(logits);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->num_top, 5);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const float log_z = LogSumExp(logits.data(), 1000);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(t->top[k].token, order[k]) << k;
+    EXPECT_NEAR(t->top[k].logprob, logits[order[k]] - log_z, 1e-5) << k;
+  }
+  EXPECT_EQ(t->top[0].token, 17);
+  EXPECT_EQ(t->top[1].token, 18);
+  // More alternatives than the vocabulary: all of them.
+  p.top_logprobs = 20;
+  auto small = Make(p, 3);
+  EXPECT_EQ(small->Sample(std::vector<float>{1, 2, 3})->num_top, 3);
+  p.top_logprobs = 21;
+  EXPECT_THAT(std::string(Sampler::Create(p, 3).status().message()),
+              HasSubstr("top_logprobs = 21 is outside its range [0, 20]"));
+  p.top_logprobs = 0;
+  EXPECT_EQ(Make(p, 3)->Sample(std::vector<float>{1, 2, 3})->num_top, 0);
 }
 
 }  // namespace

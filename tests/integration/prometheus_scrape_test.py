@@ -116,7 +116,7 @@ def start_serve(pdserve, model, workdir):
     port = free_port()
     log = open(workdir / "serve.log", "w+")
     proc = subprocess.Popen([pdserve, "serve", "--model", str(model),
-                             "--port", str(port)],
+                             "--port", str(port), "--http-port", "0"],
                             stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 

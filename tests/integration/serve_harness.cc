@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +82,10 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
   inst->err_path_ = base + ".err";
   std::vector<std::string> argv = {PdserveBinary(), "serve", "--port",
                                    absl::StrCat(port)};
+  if (std::find(args.begin(), args.end(), "--http-port") == args.end()) {
+    argv.push_back("--http-port");
+    argv.push_back(absl::StrCat(FreePortGuess()));
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   pid_t pid = fork();
   if (pid == 0) {
@@ -107,6 +112,9 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
       std::vector<std::string> f =
           absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (f.size() >= 3 && f[0] == "HTTP" && f[1] == "API") {
+        inst->http_url_ = f[2];
+      }
       if (f.size() >= 4 && f[0] == "scheduler" && f[1] == "pid") {
         inst->scheduler_target_ = f[3];
       }

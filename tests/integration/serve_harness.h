@@ -39,6 +39,8 @@ class ServeInstance {
   const std::string& engine_target() const { return engine_target_; }
   pid_t engine_pid() const { return engine_pid_; }
   const std::string& scheduler_target() const { return scheduler_target_; }
+  // "http://127.0.0.1:PORT/v1" ("" when serve ran with --http-port 0).
+  const std::string& http_url() const { return http_url_; }
   pid_t pid() const { return pid_; }
   std::string log() const;  // serve's stderr so far
   // Waits for serve to exit by itself (after a signal the test sent);
@@ -52,7 +54,7 @@ class ServeInstance {
  private:
   pid_t pid_ = -1;
   pid_t engine_pid_ = -1;
-  std::string target_, engine_target_, scheduler_target_;
+  std::string target_, engine_target_, scheduler_target_, http_url_;
   std::string out_path_, err_path_;
 };
 

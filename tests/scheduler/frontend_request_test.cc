@@ -77,6 +77,73 @@ TEST_F(RequestPrepTest, RejectsBadFieldsNamingTheNumbers) {
   EXPECT_THAT(Check(r).message(), HasSubstr("messages[0].role 'robot'"));
 }
 
+TEST_F(RequestPrepTest, ChecksTheSamplingFieldsBothApisShare) {
+  struct Case {
+    void (*set)(v1::GenerateRequest&);
+    const char* message;
+  } cases[] = {
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(2.5f); },
+       "sampling.presence_penalty 2.5 must be in [-2, 2]"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-3); },
+       "sampling.frequency_penalty -3 must be in [-2, 2]"},
+      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[512] = 1; },
+       "sampling.logit_bias token 512 is outside the vocabulary [0, 512)"},
+      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 101; },
+       "sampling.logit_bias[5] 101 must be in [-100, 100]"},
+      {[](v1::GenerateRequest& r) { r.set_top_logprobs(21); },
+       "top_logprobs 21 must be in [0, 20]"},
+      {[](v1::GenerateRequest& r) { r.add_prompt_ids(3); },
+       "prompt_ids cannot be given with messages or prompt"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = Prompt("hi", 5);
+    c.set(r);
+    const absl::Status s = Check(r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message));
+  }
+  v1::GenerateRequest ok = Prompt("hi", 5);
+  ok.mutable_sampling()->set_presence_penalty(-2);
+  (*ok.mutable_sampling()->mutable_logit_bias())[5] = -100;
+  ok.set_top_logprobs(20);
+  EXPECT_TRUE(Check(ok).ok()) << Check(ok);
+}
+
+TEST_F(RequestPrepTest, TokenIdPromptsAndIgnoreEos) {
+  v1::GenerateRequest r;
+  r.add_prompt_ids(1);
+  r.add_prompt_ids(300);
+  auto p = PrepareRequest(r, *model_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prompt_ids, (std::vector<int32_t>{1, 300}));  // as given
+  EXPECT_FALSE(p->stop_ids.empty());
+  r.set_ignore_eos(true);
+  EXPECT_TRUE(PrepareRequest(r, *model_)->stop_ids.empty());
+  r.add_prompt_ids(512);
+  EXPECT_THAT(std::string(Check(r).message()),
+              HasSubstr("prompt_ids[2] = 512 is outside the vocabulary [0, 512)"));
+}
+
+TEST_F(RequestPrepTest, ChatTemplateKwargsReachTheTemplate) {
+  auto tmpl = ChatTemplate::Create(
+      "{% if greet %}Hello there. {% endif %}"
+      "{% for m in messages %}{{ m.content }}{% endfor %}",
+      "", "");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_->chat_template.emplace(std::move(*tmpl));
+  v1::GenerateRequest r;
+  v1::ChatMessage* m = r.add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  auto plain = PrepareRequest(r, *model_);
+  (*r.mutable_chat_template_kwargs()->mutable_fields())["greet"].set_bool_value(true);
+  auto greeted = PrepareRequest(r, *model_);
+  ASSERT_TRUE(plain.ok() && greeted.ok());
+  EXPECT_GT(greeted->prompt_ids.size(), plain->prompt_ids.size() + 2);
+  EXPECT_THAT(model_->tokenizer->Decode(greeted->prompt_ids),
+              HasSubstr("Hello there."));
+}
+
 TEST_F(RequestPrepTest, PromptOverCapacityIsResourceExhausted) {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "Once upon a time ";

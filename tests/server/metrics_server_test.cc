@@ -358,19 +358,21 @@ TEST_F(MetricsServerTest, FrontendRequestsByCodeAndLatencies) {
                  "\"Tokenize\"}"),
             1);
   EXPECT_EQ(m.at("pdserve_frontend_requests_in_flight"), 1);
-  EXPECT_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_count"), 3);
-  EXPECT_DOUBLE_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_sum"),
+  EXPECT_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_count{api=\"grpc\"}"), 3);
+  EXPECT_DOUBLE_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_sum{api=\"grpc\"}"),
                    0.3);
-  EXPECT_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_bucket{le="
-                 "\"0.1\"}"),
+  EXPECT_EQ(m.at("pdserve_frontend_time_to_first_token_seconds_bucket{api=\"grpc\","
+                 "le=\"0.1\"}"),
             2);
-  EXPECT_EQ(m.at("pdserve_frontend_request_duration_seconds_count"), 4);
-  EXPECT_EQ(m.at("pdserve_frontend_inter_token_latency_seconds_count"), 27);
+  EXPECT_EQ(m.at("pdserve_frontend_request_duration_seconds_count{api=\"grpc\"}"), 4);
+  EXPECT_EQ(m.at("pdserve_frontend_inter_token_latency_seconds_count{api=\"grpc\"}"), 27);
   EXPECT_EQ(
-      m.at("pdserve_frontend_inter_token_latency_seconds_bucket{le=\"0.001\"}"),
+      m.at("pdserve_frontend_inter_token_latency_seconds_bucket{api=\"grpc\","
+           "le=\"0.001\"}"),
       0);
   EXPECT_EQ(
-      m.at("pdserve_frontend_inter_token_latency_seconds_bucket{le=\"0.002\"}"),
+      m.at("pdserve_frontend_inter_token_latency_seconds_bucket{api=\"grpc\","
+           "le=\"0.002\"}"),
       27);
   EXPECT_EQ(m.at("pdserve_frontend_generation_tokens_total"), 30);
   EXPECT_EQ(m.at("pdserve_frontend_prompt_tokens_total"), 60);

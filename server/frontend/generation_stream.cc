@@ -1,0 +1,244 @@
+#include "server/frontend/generation_stream.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve::frontend {
+namespace {
+
+double Seconds(GenerationStream::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+Detokenizer::Options DetokenizerOptions(const v1::GenerateRequest& req,
+                                        const PreparedRequest& prepared) {
+  Detokenizer::Options opts;
+  opts.stop_strings = prepared.stop_strings;
+  opts.strip_space_prefix = !req.keep_space_prefix();
+  return opts;
+}
+
+}  // namespace
+
+void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
+                           metrics::RequestStats stats, absl::string_view api,
+                           const grpc::Status& status,
+                           GenerationStream::Clock::time_point start) {
+  if (metrics == nullptr) return;
+  stats.api = api;
+  stats.grpc_code = static_cast<int>(status.error_code());
+  stats.e2e_seconds = Seconds(GenerationStream::Clock::now() - start);
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    stats.finish_reason = "cancelled";
+  } else if (!status.ok()) {
+    stats.finish_reason = "error";
+  }
+  if (absl::Status s = metrics->RecordRequest(stats); !s.ok()) {
+    std::fprintf(stderr, "pdserve frontend: request metrics: %s\n",
+                 std::string(s.message()).c_str());
+  }
+}
+
+std::string NextRequestId(absl::string_view prefix) {
+  static std::atomic<uint64_t> next{1};
+  return absl::StrCat(prefix, next++);
+}
+
+GenerationStream::GenerationStream(const GenerationContext& context,
+                                   const v1::GenerateRequest& req,
+                                   const PreparedRequest& prepared,
+                                   std::shared_ptr<GenerationSink> sink,
+                                   absl::string_view api,
+                                   Clock::time_point start)
+    : context_(context),
+      sink_(std::move(sink)),
+      api_(api),
+      return_token_ids_(req.return_token_ids()),
+      return_logprobs_(req.return_logprobs()),
+      top_logprobs_(req.top_logprobs()),
+      stop_strings_(prepared.stop_strings),
+      detok_(*context.model->tokenizer, DetokenizerOptions(req, prepared)),
+      start_(start) {}
+
+std::shared_ptr<GenerationStream> GenerationStream::Start(
+    const GenerationContext& context, const v1::GenerateRequest& req,
+    const PreparedRequest& prepared, const std::string& request_id,
+    std::shared_ptr<GenerationSink> sink, absl::string_view api,
+    Clock::time_point start) {
+  std::shared_ptr<GenerationStream> stream(
+      new GenerationStream(context, req, prepared, std::move(sink), api, start));
+  GenerationStream& s = *stream;
+  s.self_ = stream;
+  s.request_id_ = request_id;
+  s.prompt_tokens_ = static_cast<int32_t>(prepared.prompt_ids.size());
+  s.submit_.set_request_id(request_id);
+  s.submit_.mutable_prompt_ids()->Add(prepared.prompt_ids.begin(),
+                                      prepared.prompt_ids.end());
+  *s.submit_.mutable_sampling() = req.sampling();
+  s.submit_.set_max_new_tokens(prepared.max_new_tokens);
+  s.submit_.mutable_stop_ids()->Add(prepared.stop_ids.begin(),
+                                    prepared.stop_ids.end());
+  s.submit_.set_priority(req.priority());
+  s.submit_.set_top_logprobs(req.top_logprobs());
+  context.scheduler->async()->Submit(&s.client_ctx_, &s.submit_, &s);
+  s.StartRead(&s.event_);
+  s.StartCall();
+  return stream;
+}
+
+void GenerationStream::Cancel() { client_ctx_.TryCancel(); }
+
+void GenerationStream::OnReadDone(bool ok) {
+  if (!ok) return;  // OnDone(status) follows
+  v1::Delta delta;
+  std::optional<v1::Final> final;
+  bool first = false, stopped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = completion_tokens_ == 0 && event_.token_ids_size() > 0;
+    stopped = HandleEventLocked(&delta, &final);
+  }
+  if (first) sink_->OnFirstToken();
+  if (!delta.text().empty() || delta.token_ids_size() > 0) {
+    sink_->OnDelta(std::move(delta));
+  }
+  if (final.has_value()) sink_->OnDone(grpc::Status::OK, *final);
+  if (stopped) {
+    // A stop string ended the reply: cancelling the scheduler request frees
+    // its capacity at once; OnDone follows.
+    client_ctx_.TryCancel();
+  } else {
+    StartRead(&event_);
+  }
+}
+
+void GenerationStream::OnDone(const grpc::Status& status) {
+  std::optional<v1::Final> final;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!final_sent_) {
+      final_sent_ = true;
+      final = MakeFinalLocked(v1::FINISH_REASON_ERROR);
+      if (!status.ok()) final->set_error(status.error_message());
+    }
+  }
+  if (final.has_value()) {
+    const grpc::Status s =
+        status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
+                                   "the scheduler stream ended without a "
+                                   "result")
+                    : status;
+    if (s.error_code() == grpc::StatusCode::CANCELLED) {
+      final->set_finish_reason(v1::FINISH_REASON_CANCELLED);
+    }
+    sink_->OnDone(s, *final);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (context_.metrics != nullptr) {
+      context_.metrics->ObserveTokenizer(metrics::TokenizerOp::kDecode,
+                                         Seconds(detok_time_));
+    }
+  }
+  sink_.reset();
+  std::shared_ptr<GenerationStream> keep = std::move(self_);  // may delete
+}
+
+bool GenerationStream::HandleEventLocked(v1::Delta* delta,
+                                         std::optional<v1::Final>* final) {
+  if (final_sent_) return false;
+  std::string text;
+  bool stopped = false;
+  for (int i = 0; i < event_.token_ids_size(); ++i) {
+    const int32_t id = event_.token_ids(i);
+    const Clock::time_point now = Clock::now();
+    if (completion_tokens_ == 0) {
+      first_token_ = now;
+    } else if (context_.metrics != nullptr) {
+      context_.metrics->ObserveInterTokenLatency(Seconds(now - last_token_),
+                                                 api_);
+    }
+    last_token_ = now;
+    ++completion_tokens_;
+    if (return_token_ids_) delta->add_token_ids(id);
+    if (return_logprobs_ && i < event_.logprobs_size()) {
+      delta->add_logprobs(event_.logprobs(i));
+    }
+    if (top_logprobs_ > 0 && i < event_.top_logprobs_size()) {
+      *delta->add_top_logprobs() = event_.top_logprobs(i);
+    }
+    const Clock::time_point decode_start = Clock::now();
+    text += detok_.Feed(id);
+    detok_time_ += Clock::now() - decode_start;
+    if (detok_.stopped()) {
+      stopped = true;
+      break;
+    }
+  }
+  const bool finished =
+      stopped || event_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  if (finished && !stopped) {
+    const Clock::time_point decode_start = Clock::now();
+    text += detok_.Finish();
+    detok_time_ += Clock::now() - decode_start;
+  }
+  if (event_.has_timings()) timings_ = event_.timings();
+  if (event_.has_usage()) cached_tokens_ = event_.usage().cached_tokens();
+  delta->set_text(std::move(text));
+  if (!finished) return false;
+  finish_reason_ = stopped ? v1::FINISH_REASON_STOP : event_.finish_reason();
+  *final = MakeFinalLocked(finish_reason_);
+  if (stopped) (*final)->set_stop_string(stop_strings_[detok_.stop_index()]);
+  final_sent_ = true;
+  return stopped;
+}
+
+v1::Final GenerationStream::MakeFinalLocked(v1::FinishReason reason) const {
+  v1::Final f;
+  f.set_finish_reason(reason);
+  f.set_request_id(request_id_);
+  f.mutable_usage()->set_prompt_tokens(prompt_tokens_);
+  f.mutable_usage()->set_completion_tokens(completion_tokens_);
+  f.mutable_usage()->set_cached_tokens(cached_tokens_);
+  if (timings_.has_value()) {
+    *f.mutable_timings() = *timings_;
+  } else if (completion_tokens_ > 0) {
+    auto ms = [](Clock::duration d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
+    f.mutable_timings()->set_ttft_ms(ms(first_token_ - start_));
+    f.mutable_timings()->set_decode_ms(ms(last_token_ - first_token_));
+  }
+  return f;
+}
+
+metrics::RequestStats GenerationStream::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics::RequestStats r;
+  if (completion_tokens_ > 0) r.ttft_seconds = Seconds(first_token_ - start_);
+  if (timings_.has_value()) {
+    r.queue_seconds = timings_->queue_ms() / 1e3;
+    if (completion_tokens_ > 0) {
+      r.prefill_seconds =
+          std::max(0.0, (timings_->ttft_ms() - timings_->queue_ms()) / 1e3);
+      r.decode_seconds = timings_->decode_ms() / 1e3;
+    }
+  }
+  r.prompt_tokens = prompt_tokens_;
+  r.generated_tokens = completion_tokens_;
+  switch (finish_reason_) {
+    case v1::FINISH_REASON_STOP:
+      r.finish_reason = "stop";
+      break;
+    case v1::FINISH_REASON_LENGTH:
+      r.finish_reason = "length";
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
+}  // namespace pdserve::frontend

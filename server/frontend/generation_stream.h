@@ -1,0 +1,130 @@
+// One generation, shared by the public APIs (pdserve.v1 gRPC and the
+// OpenAI / Anthropic HTTP API): submits a prepared request to the scheduler,
+// turns its token events into text deltas (incremental UTF-8-safe
+// detokenizer, stop strings), ends with one Final, and cancels the scheduler
+// request when the client goes away. Callback API: no thread per stream.
+#ifndef PDSERVE_SERVER_FRONTEND_GENERATION_STREAM_H_
+#define PDSERVE_SERVER_FRONTEND_GENERATION_STREAM_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "grpcpp/grpcpp.h"
+#include "pdserve/v1/api.pb.h"
+#include "pdserve/v1/scheduler.grpc.pb.h"
+#include "server/frontend/request_prep.h"
+#include "server/metrics/frontend_metrics.h"
+#include "server/tokenizer/detokenizer.h"
+
+namespace pdserve::frontend {
+
+// Receives one GenerationStream's output. Calls come from gRPC threads, in
+// order and never overlapping; OnDone is the last call, exactly once.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // The first token arrived (the prompt is computed and in the prefix
+  // cache). Before the OnDelta that carries it.
+  virtual void OnFirstToken() {}
+  // Text (whole UTF-8 characters) and, as the request asked, token ids,
+  // logprobs and top alternatives since the previous delta. Never empty.
+  virtual void OnDelta(v1::Delta delta) = 0;
+  // `status` OK: `final` holds the finish reason (STOP, LENGTH), the usage
+  // (cached prompt tokens included), timings and the stop string that
+  // matched. Otherwise the request failed or was cancelled (CANCELLED) and
+  // `final` holds the usage so far.
+  virtual void OnDone(const grpc::Status& status, const v1::Final& final) = 0;
+};
+
+// What every stream of a front end shares; all pointers must outlive the
+// streams. `metrics` may be null.
+struct GenerationContext {
+  const ModelContext* model = nullptr;
+  v1::Scheduler::Stub* scheduler = nullptr;
+  metrics::FrontendMetrics* metrics = nullptr;
+};
+
+// Thread-safe. Keeps itself alive until the scheduler call is done; callers
+// hold it only to Cancel. Metrics: observes inter-token latency and
+// tokenizer decode time as they happen (labelled by `api`); Stats() gives
+// the rest for the caller's RecordRequest once the sink had OnDone.
+class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Submits `prepared` (PrepareRequest(req)) as `request_id`. `start` is
+  // when the API received the request (for TTFT).
+  static std::shared_ptr<GenerationStream> Start(
+      const GenerationContext& context, const v1::GenerateRequest& req,
+      const PreparedRequest& prepared, const std::string& request_id,
+      std::shared_ptr<GenerationSink> sink, absl::string_view api,
+      Clock::time_point start);
+
+  // The client went away: cancels the scheduler request (its capacity is
+  // freed at the next step); the sink then gets OnDone(CANCELLED). Any
+  // thread, any number of times, also after the end.
+  void Cancel();
+
+  // Timings and counts measured so far (method, code and e2e are the
+  // caller's to fill).
+  metrics::RequestStats Stats() const;
+
+  // grpc::ClientReadReactor.
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  GenerationStream(const GenerationContext& context,
+                   const v1::GenerateRequest& req,
+                   const PreparedRequest& prepared,
+                   std::shared_ptr<GenerationSink> sink, absl::string_view api,
+                   Clock::time_point start);
+  // Turns event_ into a delta (and the final when it ends the request).
+  // Returns true when a stop string ended it (the scheduler call is then
+  // cancelled).
+  bool HandleEventLocked(v1::Delta* delta, std::optional<v1::Final>* final);
+  v1::Final MakeFinalLocked(v1::FinishReason reason) const;
+
+  GenerationContext context_;
+  std::shared_ptr<GenerationSink> sink_;
+  std::shared_ptr<GenerationStream> self_;  // until OnDone
+  std::string api_;
+  bool return_token_ids_, return_logprobs_;
+  int32_t top_logprobs_;
+  std::vector<std::string> stop_strings_;
+
+  grpc::ClientContext client_ctx_;
+  v1::SubmitRequest submit_;
+  v1::TokenEvent event_;
+
+  mutable std::mutex mu_;  // guards everything below
+  Detokenizer detok_;
+  Clock::time_point start_, first_token_, last_token_;
+  Clock::duration detok_time_{0};
+  std::optional<v1::Timings> timings_;
+  std::string request_id_;
+  v1::FinishReason finish_reason_ = v1::FINISH_REASON_UNSPECIFIED;
+  int32_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
+  bool final_sent_ = false;
+};
+
+// Records one finished request in `metrics` (may be null): `stats` (the
+// stream's Stats(), or default when none started) with the API, status
+// code, e2e time since `start`, and finish reason "cancelled" / "error" for
+// a CANCELLED / other non-OK status. Problems are logged to stderr.
+void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
+                           metrics::RequestStats stats, absl::string_view api,
+                           const grpc::Status& status,
+                           GenerationStream::Clock::time_point start);
+
+// "req-N" ids for requests that bring none (process-wide counter).
+std::string NextRequestId(absl::string_view prefix = "req-");
+
+}  // namespace pdserve::frontend
+
+#endif  // PDSERVE_SERVER_FRONTEND_GENERATION_STREAM_H_
