@@ -71,6 +71,9 @@ if [ "$FETCH_MODEL" = 1 ]; then
     say "default model saved: $DEFAULT_MODEL ($(du -h "$DEFAULT_MODEL" | cut -f1))"
   fi
 fi
+# The grammar engine for constrained decoding (xgrammar's C++ core, built
+# from its PyPI source distribution; engine/grammar links it).
+"$(dirname "$0")/setup-xgrammar.sh"
 # Offline validators for the deploy/ manifest tests (Kubernetes schemas,
 # Dockerfile parser) in a private venv; the tests skip those checks without it.
 if ! "$(dirname "$0")/../deploy/tools/setup-validators.sh"; then

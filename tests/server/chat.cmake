@@ -8,6 +8,9 @@ if(TARGET pdserve_chat)
   pdserve_add_test(NAME chat_jinja_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/chat_jinja_test.cc
     LIBS pdserve_chat)
+  pdserve_add_test(NAME chat_output_parser_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/chat_output_parser_test.cc
+    LIBS pdserve_chat nlohmann_json::nlohmann_json)
   pdserve_add_test(NAME chat_template_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/chat_template_test.cc
     LIBS pdserve_chat Threads::Threads)
