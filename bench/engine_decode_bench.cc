@@ -22,7 +22,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/model/sampler.h"
 #include "kernels/matmul.h"

@@ -62,21 +62,21 @@ absl::Status Policy::Submit(const RequestSpec& request) {
   return absl::OkStatus();
 }
 
-void Policy::InsertWaiting(SeqId id) {
+void Policy::InsertWaiting(SequenceId id) {
   const Seq& s = seqs_.at(id);
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](SeqId other) {
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](SequenceId other) {
     return Before(s, seqs_.at(other));
   });
   waiting_.insert(pos, id);
 }
 
 void Policy::SortRunning() {
-  std::stable_sort(running_.begin(), running_.end(), [&](SeqId a, SeqId b) {
+  std::stable_sort(running_.begin(), running_.end(), [&](SequenceId a, SequenceId b) {
     return Before(seqs_.at(a), seqs_.at(b));
   });
 }
 
-bool Policy::Cancel(SeqId id) {
+bool Policy::Cancel(SequenceId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.cancelled) return false;
   it->second.cancelled = true;
@@ -84,7 +84,7 @@ bool Policy::Cancel(SeqId id) {
   return true;
 }
 
-void Policy::Drop(SeqId id) {
+void Policy::Drop(SequenceId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   if (it->second.running) free_pages_ += it->second.pages;
@@ -94,7 +94,7 @@ void Policy::Drop(SeqId id) {
   seqs_.erase(it);
 }
 
-SequenceView Policy::View(SeqId id) const {
+SequenceView Policy::View(SequenceId id) const {
   SequenceView v;
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return v;
@@ -113,9 +113,9 @@ SequenceView Policy::View(SeqId id) const {
 void Policy::ApplyCancellations(StepPlan& plan) {
   plan.release = std::move(to_release_);
   to_release_.clear();
-  std::vector<SeqId> ids(cancel_requested_.begin(), cancel_requested_.end());
+  std::vector<SequenceId> ids(cancel_requested_.begin(), cancel_requested_.end());
   std::sort(ids.begin(), ids.end());
-  for (SeqId id : ids) {
+  for (SequenceId id : ids) {
     const bool was_running = seqs_.at(id).running;
     Drop(id);
     if (was_running) plan.release.push_back(id);
@@ -124,7 +124,7 @@ void Policy::ApplyCancellations(StepPlan& plan) {
   cancel_requested_.clear();
 }
 
-void Policy::Preempt(SeqId id, StepPlan& plan) {
+void Policy::Preempt(SequenceId id, StepPlan& plan) {
   Seq& s = seqs_.at(id);
   free_pages_ += s.pages;
   s.running = false;
@@ -146,7 +146,7 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
   // Preempt from the back (lowest rank) until every decode's growth fits.
   while (true) {
     int64_t need = 0;
-    for (SeqId id : running_) {
+    for (SequenceId id : running_) {
       const Seq& s = seqs_.at(id);
       if (s.prefilled < s.target_prompt) continue;
       need += std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
@@ -154,7 +154,7 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
     if (need <= free_pages_ || running_.empty()) break;
     Preempt(running_.back(), plan);
   }
-  for (SeqId id : running_) {
+  for (SequenceId id : running_) {
     Seq& s = seqs_.at(id);
     if (s.prefilled < s.target_prompt || budget == 0) continue;
     const int64_t grow =
@@ -187,7 +187,7 @@ int64_t Policy::ChunkFor(const Seq& s, int64_t budget,
 }
 
 void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
-  for (SeqId id : running_) {
+  for (SequenceId id : running_) {
     Seq& s = seqs_.at(id);
     if (s.prefilled >= s.target_prompt) continue;
     if (budget <= 0 && config_.prefill_chunk > 0) break;
@@ -212,7 +212,7 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     if (pages > free_pages_) break;  // strict FCFS: the head blocks the rest
     const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) break;
-    const SeqId id = waiting_.front();
+    const SequenceId id = waiting_.front();
     waiting_.erase(waiting_.begin());
     s.running = true;
     s.pages = PagesFor(s.target_prompt);
@@ -237,21 +237,21 @@ StepPlan Policy::Plan() {
   return plan;
 }
 
-void Policy::Finish(SeqId id) {
+void Policy::Finish(SequenceId id) {
   Drop(id);
   to_release_.push_back(id);
 }
 
 int64_t Policy::decoding() const {
   int64_t n = 0;
-  for (SeqId id : running_) {
+  for (SequenceId id : running_) {
     const Seq& s = seqs_.at(id);
     n += s.prefilled >= s.target_prompt ? 1 : 0;
   }
   return n;
 }
 
-void Policy::MarkPrefixCached(SeqId id, int64_t tokens) {
+void Policy::MarkPrefixCached(SequenceId id, int64_t tokens) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || !it->second.running) return;
   Seq& s = it->second;
@@ -261,14 +261,14 @@ void Policy::MarkPrefixCached(SeqId id, int64_t tokens) {
       std::max<int64_t>(0, std::min(tokens, s.target_prompt - 1) - s.prefilled);
 }
 
-void Policy::MarkFinished(SeqId id) {
+void Policy::MarkFinished(SequenceId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || !it->second.running) return;
   Finish(id);
 }
 
 void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
-  absl::flat_hash_set<SeqId> finished;
+  absl::flat_hash_set<SequenceId> finished;
   for (const ItemOutcome& o : outcomes) {
     if (o.finished) finished.insert(o.id);
   }
@@ -294,7 +294,7 @@ void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
 }
 
 namespace {
-std::string Name(SeqId id) {
+std::string Name(SequenceId id) {
   if (id >= 'A' && id <= 'Z') return std::string(1, static_cast<char>(id));
   return absl::StrCat(id);
 }
@@ -302,13 +302,13 @@ std::string Name(SeqId id) {
 
 std::string DescribePlan(const StepPlan& plan) {
   std::vector<std::string> head;
-  for (SeqId id : plan.release) {
+  for (SequenceId id : plan.release) {
     const bool preempted =
         std::find(plan.preempted.begin(), plan.preempted.end(), id) !=
         plan.preempted.end();
     head.push_back(absl::StrCat(preempted ? "^" : "-", Name(id)));
   }
-  for (SeqId id : plan.admit) head.push_back(absl::StrCat("+", Name(id)));
+  for (SequenceId id : plan.admit) head.push_back(absl::StrCat("+", Name(id)));
   std::string out;
   for (const auto& h : head) absl::StrAppend(&out, out.empty() ? "" : " ", h);
   absl::StrAppend(&out, out.empty() ? "|" : " |");

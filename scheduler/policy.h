@@ -39,10 +39,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/kv/sequence_id.h"
 
 namespace pdserve::scheduler {
-
-using SeqId = uint64_t;
 
 // Knobs of the policy. Token counts are tokens; all must be > 0 except
 // prefill_chunk (0 = chunking off).
@@ -65,7 +64,7 @@ struct PoolGeometry {
 
 // A request as submitted. Higher priority runs first.
 struct RequestSpec {
-  SeqId id = 0;
+  SequenceId id = 0;
   int32_t priority = 0;
   int64_t prompt_len = 0;      // tokens, > 0
   int64_t max_new_tokens = 0;  // > 0
@@ -73,7 +72,7 @@ struct RequestSpec {
 
 // One sequence's share of a step.
 struct PlanItem {
-  SeqId id = 0;
+  SequenceId id = 0;
   int64_t num_tokens = 0;  // prompt tokens to prefill, or 1 for a decode
   bool prefill = false;
   bool completes_prompt = false;  // a token will be sampled after this item
@@ -85,12 +84,12 @@ struct PlanItem {
 // What the shell does for one step, in this order: Release(release),
 // AddSequence(admit) with each one's recomputed prompt, then Step(items).
 struct StepPlan {
-  std::vector<SeqId>
+  std::vector<SequenceId>
       release;  // drop engine state (finished/cancelled/preempted)
-  std::vector<SeqId>
+  std::vector<SequenceId>
       cancelled;  // subset of release + waiting drops: end with CANCELLED
-  std::vector<SeqId> preempted;  // subset of release: back in the waiting queue
-  std::vector<SeqId> admit;      // add to the engine before the step
+  std::vector<SequenceId> preempted;  // subset of release: back in the waiting queue
+  std::vector<SequenceId> admit;      // add to the engine before the step
   std::vector<PlanItem> items;   // the batch of this step
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
@@ -99,7 +98,7 @@ struct StepPlan {
 
 // Engine outcome of one planned item.
 struct ItemOutcome {
-  SeqId id = 0;
+  SequenceId id = 0;
   bool finished = false;  // stop token, max_new_tokens or capacity reached
 };
 
@@ -127,16 +126,16 @@ class Policy {
 
   // Marks a request cancelled; it leaves at the next Plan(). Returns false
   // when the id is unknown (already finished).
-  bool Cancel(SeqId id);
+  bool Cancel(SequenceId id);
 
   // Records that the engine finished `id` (stop, length) after its plan was
   // committed: it leaves like a finished sequence (released at the next
   // Plan). No-op for an unknown or already finished id. For a shell that
   // commits plans optimistically before their outcomes arrive.
-  void MarkFinished(SeqId id);
+  void MarkFinished(SequenceId id);
 
   // Forgets a sequence without planning a release (the engine lost it).
-  void Drop(SeqId id);
+  void Drop(SequenceId id);
 
   // Records that the engine admitted `id` with the first `tokens` tokens of
   // its current prompt already in KV (its prefix cache). The part not yet
@@ -144,7 +143,7 @@ class Policy {
   // budget and the chunk size (the engine skips their compute). At least
   // the prompt's last token is always planned as real work. No-op for an
   // unknown id or one not prefilling.
-  void MarkPrefixCached(SeqId id, int64_t tokens);
+  void MarkPrefixCached(SequenceId id, int64_t tokens);
 
   // Builds the next step plan and remembers it for Commit().
   StepPlan Plan();
@@ -156,8 +155,8 @@ class Policy {
   // Pages that pages_for(tokens) needs.
   int64_t PagesFor(int64_t tokens) const;
 
-  bool Contains(SeqId id) const { return seqs_.contains(id); }
-  SequenceView View(SeqId id) const;  // zero view when unknown
+  bool Contains(SequenceId id) const { return seqs_.contains(id); }
+  SequenceView View(SequenceId id) const;  // zero view when unknown
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   // Running sequences past their prompt (each decodes one token a step).
@@ -190,24 +189,24 @@ class Policy {
 
   // Whether a ranks before b (priority desc, arrival asc).
   bool Before(const Seq& a, const Seq& b) const;
-  void InsertWaiting(SeqId id);
+  void InsertWaiting(SequenceId id);
   void SortRunning();
-  void Preempt(SeqId id, StepPlan& plan);
+  void Preempt(SequenceId id, StepPlan& plan);
   void ApplyCancellations(StepPlan& plan);
   void PlanDecodes(StepPlan& plan, int64_t& budget);
   void PlanPrefills(StepPlan& plan, int64_t& budget);
   void PlanAdmissions(StepPlan& plan, int64_t& budget);
   // Prefill tokens `s` may take now; 0 when it must wait.
   int64_t ChunkFor(const Seq& s, int64_t budget, const StepPlan& plan) const;
-  void Finish(SeqId id);
+  void Finish(SequenceId id);
 
   PolicyConfig config_;
   PoolGeometry pool_;
-  absl::flat_hash_map<SeqId, Seq> seqs_;
-  std::vector<SeqId> waiting_;     // in rank order
-  std::vector<SeqId> running_;     // in rank order
-  std::vector<SeqId> to_release_;  // finished at the last Commit
-  absl::flat_hash_set<SeqId> cancel_requested_;
+  absl::flat_hash_map<SequenceId, Seq> seqs_;
+  std::vector<SequenceId> waiting_;     // in rank order
+  std::vector<SequenceId> running_;     // in rank order
+  std::vector<SequenceId> to_release_;  // finished at the last Commit
+  absl::flat_hash_set<SequenceId> cancel_requested_;
   std::vector<PlanItem> last_items_;
   int64_t free_pages_ = 0;
   uint64_t next_arrival_ = 0;

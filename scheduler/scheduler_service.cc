@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
 #include "server/metrics/metrics_flags.h"
@@ -68,12 +69,12 @@ class SubmitStream : public EventSink {
   }
 
   std::mutex mu_;
-  grpc::ServerWriteReactor<v1::TokenEvent>* reactor_ = nullptr;
-  std::deque<v1::TokenEvent> queue_;  // front is in flight when writing_
-  bool writing_ = false;
-  bool closed_ = false;
-  bool finished_ = false;
-  grpc::Status close_status_;
+  grpc::ServerWriteReactor<v1::TokenEvent>* reactor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::deque<v1::TokenEvent> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status close_status_ ABSL_GUARDED_BY(mu_);
 };
 
 class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
@@ -102,15 +103,6 @@ class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
 grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
     grpc::CallbackServerContext*, const v1::SubmitRequest* req) {
   return new SubmitStream::Reactor(shell_, *req);
-}
-
-grpc::ServerUnaryReactor* SchedulerServiceImpl::Cancel(
-    grpc::CallbackServerContext* ctx, const v1::CancelRequest* req,
-    v1::CancelResponse* resp) {
-  resp->set_found(shell_->CancelByRequestId(req->request_id()));
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(

@@ -18,9 +18,6 @@ class SchedulerServiceImpl final : public v1::Scheduler::CallbackService {
 
   grpc::ServerWriteReactor<v1::TokenEvent>* Submit(
       grpc::CallbackServerContext* ctx, const v1::SubmitRequest* req) override;
-  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
-                                   const v1::CancelRequest* req,
-                                   v1::CancelResponse* resp) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const v1::GetStatusRequest* req,
                                       v1::SchedulerStatus* resp) override;

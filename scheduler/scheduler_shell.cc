@@ -75,8 +75,6 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
                                  "the engine is not ready; retry shortly"));
       return id;
     }
-    if (!request.request_id().empty())
-      by_request_id_[request.request_id()] = id;
     inbox_.emplace_back(id, std::move(r));
   }
   cv_.notify_all();
@@ -104,18 +102,6 @@ void SchedulerShell::SendCancellations() {
     (void)WriteStep(urgent);  // no stream: the engine has nothing to free
     lock.lock();
   }
-}
-
-bool SchedulerShell::CancelByRequestId(const std::string& request_id) {
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = by_request_id_.find(request_id);
-    if (it == by_request_id_.end()) return false;
-    id = it->second;
-  }
-  Cancel(id);
-  return true;
 }
 
 ShellStatus SchedulerShell::Status() const {
@@ -168,7 +154,6 @@ void SchedulerShell::FailAll(const grpc::Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, r] : inbox_) r.sink->Close(status);
     inbox_.clear();
-    by_request_id_.clear();
   }
   for (auto& [id, r] : requests_) r.sink->Close(status);
   requests_.clear();
@@ -275,10 +260,6 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
                     ? grpc::Status(grpc::StatusCode::CANCELLED,
                                    "the request was cancelled")
                     : grpc::Status::OK);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    by_request_id_.erase(r.spec.request_id());
-  }
   requests_.erase(it);
 }
 

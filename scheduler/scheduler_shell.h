@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/engine.grpc.pb.h"
@@ -88,9 +89,8 @@ class SchedulerShell {
   // for Cancel.
   uint64_t Submit(const v1::SubmitRequest& request,
                   std::shared_ptr<EventSink> sink);
-  // Cancels by handle (from Submit) or by client request id.
+  // Cancels by handle (from Submit): the stream's client went away.
   void Cancel(uint64_t handle);
-  bool CancelByRequestId(const std::string& request_id);
 
   ShellStatus Status() const;
   // Called with true/false when the engine becomes ready / is lost.
@@ -173,7 +173,7 @@ class SchedulerShell {
   std::mutex stream_mu_;
   std::atomic<int64_t> read_since_ns_{0};
   std::thread watchdog_;
-  std::vector<SeqId> engine_forget_;  // refused admissions to release
+  std::vector<SequenceId> engine_forget_;  // refused admissions to release
   std::unique_ptr<Policy> policy_;    // loop thread only
   absl::flat_hash_map<uint64_t, Request> requests_;  // loop thread only
   std::FILE* step_log_ = nullptr;
@@ -182,16 +182,16 @@ class SchedulerShell {
   std::deque<StepSample> samples_;     // recent steps (loop thread only)
   std::optional<StepCostModel> cost_;  // fitted to samples_
 
-  mutable std::mutex mu_;  // guards the inbox, status and ids below
+  mutable std::mutex mu_;  // guards the members marked so below
   std::condition_variable cv_;
-  std::deque<std::pair<uint64_t, Request>> inbox_;
-  std::vector<uint64_t> cancels_;
-  std::vector<uint64_t> urgent_cancels_;  // for the engine, out of band
+  std::deque<std::pair<uint64_t, Request>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> urgent_cancels_ ABSL_GUARDED_BY(mu_);  // for the engine, out of band
   std::thread canceller_;
   absl::flat_hash_map<std::string, uint64_t> by_request_id_;
-  ShellStatus status_;
-  uint64_t next_id_ = 1;
-  bool stop_ = false;
+  ShellStatus status_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> engine_ready_{false};
   std::function<void(bool)> on_ready_;
   std::thread loop_;

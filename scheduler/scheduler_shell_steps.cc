@@ -95,20 +95,20 @@ bool SchedulerShell::DispatchNext() {
   // A preemption, or the readmission of a preempted request, needs every
   // token generated so far: wait for the steps in flight first.
   bool drain = !plan.preempted.empty();
-  for (SeqId id : plan.admit) {
+  for (SequenceId id : plan.admit) {
     auto it = requests_.find(id);
     if (it != requests_.end() && it->second.was_admitted) drain = true;
   }
   while (drain && !in_flight_.empty()) {
     if (!ReceiveOne()) return false;
   }
-  for (SeqId id : plan.cancelled) Finish(id, v1::FINISH_REASON_CANCELLED);
+  for (SequenceId id : plan.cancelled) Finish(id, v1::FINISH_REASON_CANCELLED);
   v1::StepRequest req;
-  for (SeqId id : plan.release) req.add_release_ids(id);
-  for (SeqId id : engine_forget_) req.add_release_ids(id);
+  for (SequenceId id : plan.release) req.add_release_ids(id);
+  for (SequenceId id : engine_forget_) req.add_release_ids(id);
   engine_forget_.clear();
   const Clock::time_point now = Clock::now();
-  for (SeqId id : plan.admit) {
+  for (SequenceId id : plan.admit) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
     FillAdmit(id, it->second, req.add_admit());

@@ -20,12 +20,10 @@
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/prefix_cache.h"
+#include "engine/kv/sequence_id.h"
 #include "engine/model_config.h"
 
 namespace pdserve {
-
-// Identifies a sequence across the engine API (chosen by the caller).
-using SequenceId = uint64_t;
 
 // What the pool must store per token and per sequence, derived from the
 // model. Counts are elements (f32); zero linear-attention sizes mean a dense

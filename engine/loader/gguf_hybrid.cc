@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/loader/tensor_sources.h"
-#include "engine/loader/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -53,7 +53,9 @@ absl::Status LinearLayers(const GgufFile& f, const std::string& p,
   }
   int64_t interval = 4;
   const std::string ikey = p + "full_attention_interval";
-  if (f.Find(ikey) != nullptr) PDSERVE_ASSIGN(interval, SsmInt(f, ikey));
+  if (f.Find(ikey) != nullptr) {
+    PDSERVE_ASSIGN_OR_RETURN(interval, SsmInt(f, ikey));
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     c.linear_layers[l] = (l + 1) % interval != 0;
   }
@@ -90,7 +92,7 @@ absl::Status HybridConfigFromGguf(const GgufFile& f, const std::string& arch,
   const std::string p = arch + ".";
   int64_t nextn = 0;
   if (f.Find(p + "nextn_predict_layers") != nullptr) {
-    PDSERVE_ASSIGN(nextn, f.GetInt(p + "nextn_predict_layers"));
+    PDSERVE_ASSIGN_OR_RETURN(nextn, f.GetInt(p + "nextn_predict_layers"));
   }
   if (nextn < 0 || nextn >= c.num_layers) {
     return absl::InvalidArgumentError(
@@ -100,11 +102,11 @@ absl::Status HybridConfigFromGguf(const GgufFile& f, const std::string& arch,
   const int64_t all_layers = c.num_layers;
   c.num_layers -= nextn;  // MTP blocks follow the decoder; not run here
   int64_t inner, rank;
-  PDSERVE_ASSIGN(c.linear_conv_kernel, SsmInt(f, p + "ssm.conv_kernel"));
-  PDSERVE_ASSIGN(c.linear_k_head_dim, SsmInt(f, p + "ssm.state_size"));
-  PDSERVE_ASSIGN(c.linear_num_k_heads, SsmInt(f, p + "ssm.group_count"));
-  PDSERVE_ASSIGN(rank, SsmInt(f, p + "ssm.time_step_rank"));
-  PDSERVE_ASSIGN(inner, SsmInt(f, p + "ssm.inner_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_conv_kernel, SsmInt(f, p + "ssm.conv_kernel"));
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_k_head_dim, SsmInt(f, p + "ssm.state_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_num_k_heads, SsmInt(f, p + "ssm.group_count"));
+  PDSERVE_ASSIGN_OR_RETURN(rank, SsmInt(f, p + "ssm.time_step_rank"));
+  PDSERVE_ASSIGN_OR_RETURN(inner, SsmInt(f, p + "ssm.inner_size"));
   if (rank % c.linear_num_k_heads != 0 || inner % rank != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         f.path(), ": ", p, "ssm.time_step_rank (value heads) = ", rank,
@@ -118,7 +120,7 @@ absl::Status HybridConfigFromGguf(const GgufFile& f, const std::string& arch,
   const std::string vkey = p + "attention.value_length";
   if (f.Find(vkey) != nullptr) {
     int64_t v;
-    PDSERVE_ASSIGN(v, f.GetInt(vkey));
+    PDSERVE_ASSIGN_OR_RETURN(v, f.GetInt(vkey));
     if (v != c.head_dim) {
       return absl::UnimplementedError(
           absl::StrCat(f.path(), ": ", vkey, " = ", v, " differs from ", p,
@@ -253,7 +255,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::Get(WeightKind kind,
     }
   }
   RawTensor t;
-  PDSERVE_ASSIGN(t, Raw(name));
+  PDSERVE_ASSIGN_OR_RETURN(t, Raw(name));
   const int64_t kd = c_.linear_key_dim(), vd = c_.linear_v_head_dim;
   switch (kind) {
     case WeightKind::kLinConv:
@@ -283,7 +285,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::Get(WeightKind kind,
 absl::StatusOr<RawTensor> GgufHybridSource::FusedAttention(
     WeightKind kind, int64_t layer) const {
   RawTensor t;
-  PDSERVE_ASSIGN(t, Raw(FusedQkvName(layer)));
+  PDSERVE_ASSIGN_OR_RETURN(t, Raw(FusedQkvName(layer)));
   const int64_t q = (c_.attn_output_gate ? 2 : 1) * c_.q_dim();
   const int64_t kv = c_.kv_dim();
   const std::vector<int64_t> want = {q + 2 * kv, c_.hidden_size};
@@ -364,7 +366,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::Conv(RawTensor t) const {
         t, absl::StrCat("[", conv, ", ", k, "] (conv_dim x ssm.conv_kernel)"));
   }
   std::shared_ptr<std::vector<float>> in;
-  PDSERVE_ASSIGN(in, ToF32(t));
+  PDSERVE_ASSIGN_OR_RETURN(in, ToF32(t));
   auto out = std::make_shared<std::vector<float>>(*in);
   const int64_t v0 = 2 * c_.linear_key_dim(), vd = c_.linear_v_head_dim;
   for (int64_t h = 0; h < c_.linear_num_v_heads; ++h) {
@@ -387,7 +389,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::HeadVector(RawTensor t,
   const int64_t nv = c_.linear_num_v_heads;
   if (t.shape != std::vector<int64_t>{nv}) return t;
   std::shared_ptr<std::vector<float>> in;
-  PDSERVE_ASSIGN(in, ToF32(t));
+  PDSERVE_ASSIGN_OR_RETURN(in, ToF32(t));
   auto out = std::make_shared<std::vector<float>>(nv);
   for (int64_t h = 0; h < nv; ++h) {
     const float v = (*in)[FileHead(h)];
@@ -417,7 +419,7 @@ absl::StatusOr<RawTensor> GgufHybridSource::GetExpert(WeightKind kind,
     return TensorSource::GetExpert(kind, layer, expert);
   }
   RawTensor t;
-  PDSERVE_ASSIGN(t, Raw(fused));
+  PDSERVE_ASSIGN_OR_RETURN(t, Raw(fused));
   if (t.shape.size() != 3 || t.shape[1] % 2 != 0 || expert < 0 ||
       expert >= t.shape[0]) {
     return Error(t, absl::StrCat("[experts][2*expert_feed_forward_length]",

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/loader/gguf_hybrid.h"
-#include "engine/loader/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -125,49 +125,49 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   const std::string& a = *arch;
   c.name = f.Find("general.name") != nullptr ? *f.GetString("general.name")
                                              : Basename(f.path());
-  PDSERVE_ASSIGN(c.num_layers, ArchInt(f, a, "block_count"));
-  PDSERVE_ASSIGN(c.hidden_size, ArchInt(f, a, "embedding_length"));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_layers, ArchInt(f, a, "block_count"));
+  PDSERVE_ASSIGN_OR_RETURN(c.hidden_size, ArchInt(f, a, "embedding_length"));
   if (c.arch == Architecture::kQwen3Moe || c.arch == Architecture::kQwen3Next) {
     // llama.cpp: every layer is sparse, top-k weights renormalised.
-    PDSERVE_ASSIGN(c.num_experts, ArchInt(f, a, "expert_count"));
-    PDSERVE_ASSIGN(c.num_experts_used, ArchInt(f, a, "expert_used_count"));
-    PDSERVE_ASSIGN(c.moe_intermediate_size,
+    PDSERVE_ASSIGN_OR_RETURN(c.num_experts, ArchInt(f, a, "expert_count"));
+    PDSERVE_ASSIGN_OR_RETURN(c.num_experts_used, ArchInt(f, a, "expert_used_count"));
+    PDSERVE_ASSIGN_OR_RETURN(c.moe_intermediate_size,
                    ArchInt(f, a, "expert_feed_forward_length"));
     if (f.Find(a + ".expert_weights_norm") != nullptr) {
-      PDSERVE_ASSIGN(c.norm_topk_prob, f.GetBool(a + ".expert_weights_norm"));
+      PDSERVE_ASSIGN_OR_RETURN(c.norm_topk_prob, f.GetBool(a + ".expert_weights_norm"));
     }
-    PDSERVE_ASSIGN(c.intermediate_size, ArchIntOr(f, a, "feed_forward_length",
+    PDSERVE_ASSIGN_OR_RETURN(c.intermediate_size, ArchIntOr(f, a, "feed_forward_length",
                                                   c.moe_intermediate_size));
-    PDSERVE_ASSIGN(c.shared_expert_intermediate_size,
+    PDSERVE_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                    ArchIntOr(f, a, "expert_shared_feed_forward_length", 0));
   } else {
-    PDSERVE_ASSIGN(c.intermediate_size,
+    PDSERVE_ASSIGN_OR_RETURN(c.intermediate_size,
                    ArchInt(f, a, "feed_forward_length"));
   }
-  PDSERVE_ASSIGN(c.num_heads, ArchInt(f, a, "attention.head_count"));
-  PDSERVE_ASSIGN(c.num_kv_heads,
+  PDSERVE_ASSIGN_OR_RETURN(c.num_heads, ArchInt(f, a, "attention.head_count"));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_kv_heads,
                  ArchIntOr(f, a, "attention.head_count_kv", c.num_heads));
   if (c.num_heads <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         f.path(), ": ", a, ".attention.head_count = ", c.num_heads));
   }
-  PDSERVE_ASSIGN(c.head_dim, ArchIntOr(f, a, "attention.key_length",
+  PDSERVE_ASSIGN_OR_RETURN(c.head_dim, ArchIntOr(f, a, "attention.key_length",
                                        c.hidden_size / c.num_heads));
-  PDSERVE_ASSIGN(c.rope_dims,
+  PDSERVE_ASSIGN_OR_RETURN(c.rope_dims,
                  ArchIntOr(f, a, "rope.dimension_count", c.head_dim));
   double theta, eps;
-  PDSERVE_ASSIGN(theta, ArchFloatOr(f, a, "rope.freq_base", 10000.0));
-  PDSERVE_ASSIGN(eps,
+  PDSERVE_ASSIGN_OR_RETURN(theta, ArchFloatOr(f, a, "rope.freq_base", 10000.0));
+  PDSERVE_ASSIGN_OR_RETURN(eps,
                  ArchFloatOr(f, a, "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = static_cast<float>(theta);
   c.rms_norm_eps = static_cast<float>(eps);
-  PDSERVE_ASSIGN(c.max_context, ArchIntOr(f, a, "context_length", 2048));
-  PDSERVE_ASSIGN(c.vocab_size, GgufVocabSize(f, a));
+  PDSERVE_ASSIGN_OR_RETURN(c.max_context, ArchIntOr(f, a, "context_length", 2048));
+  PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, GgufVocabSize(f, a));
   if (f.Find("tokenizer.ggml.bos_token_id") != nullptr) {
-    PDSERVE_ASSIGN(c.bos_token_id, f.GetInt("tokenizer.ggml.bos_token_id"));
+    PDSERVE_ASSIGN_OR_RETURN(c.bos_token_id, f.GetInt("tokenizer.ggml.bos_token_id"));
   }
   if (f.Find("tokenizer.ggml.eos_token_id") != nullptr) {
-    PDSERVE_ASSIGN(c.eos_token_id, f.GetInt("tokenizer.ggml.eos_token_id"));
+    PDSERVE_ASSIGN_OR_RETURN(c.eos_token_id, f.GetInt("tokenizer.ggml.eos_token_id"));
   }
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   if (c.ZeroCenteredNorms()) {
@@ -302,17 +302,17 @@ absl::Status MoeFromHfJson(const json& j, const std::string& source,
   // transformers v5 writes num_local_experts; published configs num_experts.
   const char* experts_key =
       j.contains("num_experts") ? "num_experts" : "num_local_experts";
-  PDSERVE_ASSIGN(c.num_experts, JsonInt(j, source, experts_key));
-  PDSERVE_ASSIGN(c.num_experts_used,
+  PDSERVE_ASSIGN_OR_RETURN(c.num_experts, JsonInt(j, source, experts_key));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_experts_used,
                  JsonInt(j, source, "num_experts_per_tok"));
-  PDSERVE_ASSIGN(c.moe_intermediate_size,
+  PDSERVE_ASSIGN_OR_RETURN(c.moe_intermediate_size,
                  JsonInt(j, source, "moe_intermediate_size"));
-  PDSERVE_ASSIGN(c.decoder_sparse_step,
+  PDSERVE_ASSIGN_OR_RETURN(c.decoder_sparse_step,
                  JsonInt(j, source, "decoder_sparse_step", 1));
   c.norm_topk_prob = !j.contains("norm_topk_prob") ||
                      !j["norm_topk_prob"].is_boolean() ||
                      j["norm_topk_prob"].get<bool>();
-  PDSERVE_ASSIGN(c.shared_expert_intermediate_size,
+  PDSERVE_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                  JsonInt(j, source, "shared_expert_intermediate_size", 0));
   c.mlp_only_layers.clear();
   if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
@@ -332,16 +332,16 @@ absl::Status MoeFromHfJson(const json& j, const std::string& source,
 // gated attention, partial RoPE (default 0.25) and mRoPE sections.
 absl::Status HybridFromHfJson(const json& j, const std::string& source,
                               ModelConfig& c) {
-  PDSERVE_ASSIGN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
-  PDSERVE_ASSIGN(c.linear_num_k_heads,
+  PDSERVE_ASSIGN_OR_RETURN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_num_k_heads,
                  JsonInt(j, source, "linear_num_key_heads", 16));
-  PDSERVE_ASSIGN(c.linear_num_v_heads,
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_num_v_heads,
                  JsonInt(j, source, "linear_num_value_heads", 32));
-  PDSERVE_ASSIGN(c.linear_k_head_dim,
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_k_head_dim,
                  JsonInt(j, source, "linear_key_head_dim", 128));
-  PDSERVE_ASSIGN(c.linear_v_head_dim,
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_v_head_dim,
                  JsonInt(j, source, "linear_value_head_dim", 128));
-  PDSERVE_ASSIGN(c.linear_conv_kernel,
+  PDSERVE_ASSIGN_OR_RETURN(c.linear_conv_kernel,
                  JsonInt(j, source, "linear_conv_kernel_dim", 4));
   c.attn_output_gate = true;
   c.linear_layers.assign(c.num_layers, false);
@@ -356,7 +356,7 @@ absl::Status HybridFromHfJson(const json& j, const std::string& source,
     }
   } else {
     int64_t interval;
-    PDSERVE_ASSIGN(interval, JsonInt(j, source, "full_attention_interval", 4));
+    PDSERVE_ASSIGN_OR_RETURN(interval, JsonInt(j, source, "full_attention_interval", 4));
     if (interval < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": full_attention_interval = ", interval));
@@ -408,7 +408,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& top,
   }
   const json& j = multimodal ? nested : top;
   ModelConfig c;
-  PDSERVE_ASSIGN(c.arch, HfArchitecture(j, source));
+  PDSERVE_ASSIGN_OR_RETURN(c.arch, HfArchitecture(j, source));
   if (absl::Status s = CheckHfUnsupported(j, source); !s.ok()) return s;
   c.name = name;
   c.rope_style = RopeStyle::kNeox;
@@ -427,18 +427,18 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& top,
       }
     }
   }
-  PDSERVE_ASSIGN(c.vocab_size, JsonInt(j, source, "vocab_size"));
-  PDSERVE_ASSIGN(c.hidden_size, JsonInt(j, source, "hidden_size"));
-  PDSERVE_ASSIGN(c.intermediate_size, JsonInt(j, source, "intermediate_size"));
-  PDSERVE_ASSIGN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
-  PDSERVE_ASSIGN(c.num_heads, JsonInt(j, source, "num_attention_heads"));
-  PDSERVE_ASSIGN(c.num_kv_heads,
+  PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, JsonInt(j, source, "vocab_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.hidden_size, JsonInt(j, source, "hidden_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.intermediate_size, JsonInt(j, source, "intermediate_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_layers, JsonInt(j, source, "num_hidden_layers"));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_heads, JsonInt(j, source, "num_attention_heads"));
+  PDSERVE_ASSIGN_OR_RETURN(c.num_kv_heads,
                  JsonInt(j, source, "num_key_value_heads", c.num_heads));
   if (c.num_heads <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": num_attention_heads = ", c.num_heads));
   }
-  PDSERVE_ASSIGN(c.head_dim,
+  PDSERVE_ASSIGN_OR_RETURN(c.head_dim,
                  JsonInt(j, source, "head_dim", c.hidden_size / c.num_heads));
   // transformers v5 nests RoPE settings in rope_parameters; v4 keeps them
   // at the top level.
@@ -447,18 +447,18 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const json& top,
           ? j["rope_parameters"]
           : j;
   double partial, theta, eps;
-  PDSERVE_ASSIGN(partial,
+  PDSERVE_ASSIGN_OR_RETURN(partial,
                  JsonFloat(j, source, "partial_rotary_factor",
                            c.ZeroCenteredNorms() ? 0.25 : 1.0));
-  PDSERVE_ASSIGN(partial,
+  PDSERVE_ASSIGN_OR_RETURN(partial,
                  JsonFloat(rope, source, "partial_rotary_factor", partial));
   c.rope_dims = static_cast<int64_t>(c.head_dim * partial);
-  PDSERVE_ASSIGN(theta, JsonFloat(j, source, "rope_theta", 10000.0));
-  PDSERVE_ASSIGN(theta, JsonFloat(rope, source, "rope_theta", theta));
-  PDSERVE_ASSIGN(eps, JsonFloat(j, source, "rms_norm_eps", 1e-6));
+  PDSERVE_ASSIGN_OR_RETURN(theta, JsonFloat(j, source, "rope_theta", 10000.0));
+  PDSERVE_ASSIGN_OR_RETURN(theta, JsonFloat(rope, source, "rope_theta", theta));
+  PDSERVE_ASSIGN_OR_RETURN(eps, JsonFloat(j, source, "rms_norm_eps", 1e-6));
   c.rope_theta = static_cast<float>(theta);
   c.rms_norm_eps = static_cast<float>(eps);
-  PDSERVE_ASSIGN(c.max_context,
+  PDSERVE_ASSIGN_OR_RETURN(c.max_context,
                  JsonInt(j, source, "max_position_embeddings", 2048));
   c.tied_embeddings = j.contains("tie_word_embeddings") &&
                       j["tie_word_embeddings"].is_boolean() &&

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/loader/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -166,23 +166,23 @@ absl::Status Builder::Layer(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size, ff = c.intermediate_size;
   using K = WeightKind;
-  PDSERVE_ASSIGN(lw.attn_norm, Vector(K::kAttnNorm, l, h, "hidden_size"));
+  PDSERVE_ASSIGN_OR_RETURN(lw.attn_norm, Vector(K::kAttnNorm, l, h, "hidden_size"));
   if (c.IsLinearLayer(l)) {
     if (absl::Status s = Linear(l, lw); !s.ok()) return s;
   } else {
     if (absl::Status s = Attention(l, lw); !s.ok()) return s;
   }
-  PDSERVE_ASSIGN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
+  PDSERVE_ASSIGN_OR_RETURN(lw.ffn_norm, Vector(K::kFfnNorm, l, h, "hidden_size"));
   if (AddOne()) {
     lw.attn_norm = PlusOne(lw.attn_norm, h);
     lw.ffn_norm = PlusOne(lw.ffn_norm, h);
   }
   if (c.IsMoeLayer(l)) return Experts(l, lw);
-  PDSERVE_ASSIGN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
+  PDSERVE_ASSIGN_OR_RETURN(lw.w_gate, Matrix(K::kFfnGate, l, ff, h,
                                    "intermediate_size x hidden_size"));
-  PDSERVE_ASSIGN(
+  PDSERVE_ASSIGN_OR_RETURN(
       lw.w_up, Matrix(K::kFfnUp, l, ff, h, "intermediate_size x hidden_size"));
-  PDSERVE_ASSIGN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
+  PDSERVE_ASSIGN_OR_RETURN(lw.w_down, Matrix(K::kFfnDown, l, h, ff,
                                    "hidden_size x intermediate_size"));
   return absl::OkStatus();
 }
@@ -213,7 +213,7 @@ absl::Status Builder::FusedQkvz(int64_t l, LayerWeights& lw) {
   const int64_t r = c.linear_num_v_heads / nk;
   const int64_t group = 2 * kd + 2 * r * vd;
   WeightView qkvz;
-  PDSERVE_ASSIGN(qkvz, Matrix(WeightKind::kLinQkvz, l, nk * group, h,
+  PDSERVE_ASSIGN_OR_RETURN(qkvz, Matrix(WeightKind::kLinQkvz, l, nk * group, h,
                               "2*key_dim+2*value_dim x hidden_size"));
   std::vector<int64_t> qkv, z;
   for (int part = 0; part < 3; ++part) {  // all q, then all k, then all v
@@ -239,7 +239,7 @@ absl::Status Builder::FusedBa(int64_t l, LayerWeights& lw) {
   const int64_t nk = c.linear_num_k_heads;
   const int64_t r = c.linear_num_v_heads / nk;
   WeightView ba;
-  PDSERVE_ASSIGN(ba, Matrix(WeightKind::kLinBa, l, 2 * nk * r, c.hidden_size,
+  PDSERVE_ASSIGN_OR_RETURN(ba, Matrix(WeightKind::kLinBa, l, 2 * nk * r, c.hidden_size,
                             "2*linear_num_value_heads x hidden_size"));
   std::vector<int64_t> b, a;
   for (int64_t g = 0; g < nk; ++g) {
@@ -265,30 +265,30 @@ absl::Status Builder::Linear(int64_t l, LayerWeights& lw) {
   if (next && !src_.Has(K::kLinQkv, l)) {
     if (absl::Status s = FusedQkvz(l, lw); !s.ok()) return s;
   } else {
-    PDSERVE_ASSIGN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.lin_qkv, Matrix(K::kLinQkv, l, conv, h,
                                       "2*key_dim+value_dim x hidden_size"));
-    PDSERVE_ASSIGN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.lin_z, Matrix(K::kLinZ, l, vdim, h,
                                     "value_dim x hidden_size"));
   }
   if (next && !src_.Has(K::kLinB, l)) {
     if (absl::Status s = FusedBa(l, lw); !s.ok()) return s;
   } else {
-    PDSERVE_ASSIGN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.lin_b, Matrix(K::kLinB, l, nv, h,
                                     "linear_num_value_heads x hidden_size"));
-    PDSERVE_ASSIGN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.lin_a, Matrix(K::kLinA, l, nv, h,
                                     "linear_num_value_heads x hidden_size"));
   }
-  PDSERVE_ASSIGN(lw.lin_out, Matrix(K::kLinOut, l, h, vdim,
+  PDSERVE_ASSIGN_OR_RETURN(lw.lin_out, Matrix(K::kLinOut, l, h, vdim,
                                     "hidden_size x value_dim"));
-  PDSERVE_ASSIGN(lw.lin_conv,
+  PDSERVE_ASSIGN_OR_RETURN(lw.lin_conv,
                  Vector(K::kLinConv, l, conv * c.linear_conv_kernel,
                         "conv_dim x 1 x conv_kernel",
                         {conv, 1, c.linear_conv_kernel}));
-  PDSERVE_ASSIGN(lw.lin_dt_bias, Vector(K::kLinDtBias, l, nv,
+  PDSERVE_ASSIGN_OR_RETURN(lw.lin_dt_bias, Vector(K::kLinDtBias, l, nv,
                                         "linear_num_value_heads"));
-  PDSERVE_ASSIGN(lw.lin_a_log, Vector(K::kLinALog, l, nv,
+  PDSERVE_ASSIGN_OR_RETURN(lw.lin_a_log, Vector(K::kLinALog, l, nv,
                                       "linear_num_value_heads"));
-  PDSERVE_ASSIGN(lw.lin_norm, Vector(K::kLinNorm, l, c.linear_v_head_dim,
+  PDSERVE_ASSIGN_OR_RETURN(lw.lin_norm, Vector(K::kLinNorm, l, c.linear_v_head_dim,
                                      "linear_value_head_dim"));
   return absl::OkStatus();
 }
@@ -297,19 +297,19 @@ absl::Status Builder::Attention(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size;
   using K = WeightKind;
-  PDSERVE_ASSIGN(lw.wq, Matrix(K::kAttnQ, l,
+  PDSERVE_ASSIGN_OR_RETURN(lw.wq, Matrix(K::kAttnQ, l,
                                c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(),
                                h, "num_heads*head_dim (x2 with output gate) "
                                "x hidden_size"));
-  PDSERVE_ASSIGN(lw.wk, Matrix(K::kAttnK, l, c.kv_dim(), h,
+  PDSERVE_ASSIGN_OR_RETURN(lw.wk, Matrix(K::kAttnK, l, c.kv_dim(), h,
                                "num_kv_heads*head_dim x hidden_size"));
-  PDSERVE_ASSIGN(lw.wv, Matrix(K::kAttnV, l, c.kv_dim(), h,
+  PDSERVE_ASSIGN_OR_RETURN(lw.wv, Matrix(K::kAttnV, l, c.kv_dim(), h,
                                "num_kv_heads*head_dim x hidden_size"));
-  PDSERVE_ASSIGN(lw.wo, Matrix(K::kAttnOutput, l, h, c.q_dim(),
+  PDSERVE_ASSIGN_OR_RETURN(lw.wo, Matrix(K::kAttnOutput, l, h, c.q_dim(),
                                "hidden_size x num_heads*head_dim"));
   if (c.qk_norm) {
-    PDSERVE_ASSIGN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
-    PDSERVE_ASSIGN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
+    PDSERVE_ASSIGN_OR_RETURN(lw.q_norm, Vector(K::kAttnQNorm, l, c.head_dim, "head_dim"));
+    PDSERVE_ASSIGN_OR_RETURN(lw.k_norm, Vector(K::kAttnKNorm, l, c.head_dim, "head_dim"));
     if (AddOne()) {
       lw.q_norm = PlusOne(lw.q_norm, c.head_dim);
       lw.k_norm = PlusOne(lw.k_norm, c.head_dim);
@@ -322,30 +322,30 @@ absl::Status Builder::Experts(int64_t l, LayerWeights& lw) {
   const ModelConfig& c = w_.config;
   const int64_t h = c.hidden_size, ff = c.moe_intermediate_size;
   using K = WeightKind;
-  PDSERVE_ASSIGN(lw.router, Matrix(K::kFfnGateInp, l, c.num_experts, h,
+  PDSERVE_ASSIGN_OR_RETURN(lw.router, Matrix(K::kFfnGateInp, l, c.num_experts, h,
                                    "num_experts x hidden_size"));
   lw.experts.resize(c.num_experts);
   for (int64_t x = 0; x < c.num_experts; ++x) {
     ExpertWeights& e = lw.experts[x];
-    PDSERVE_ASSIGN(e.gate, ExpertMatrix(K::kFfnGateExps, l, x, ff, h,
+    PDSERVE_ASSIGN_OR_RETURN(e.gate, ExpertMatrix(K::kFfnGateExps, l, x, ff, h,
                                         "moe_intermediate_size x hidden_size"));
-    PDSERVE_ASSIGN(e.up, ExpertMatrix(K::kFfnUpExps, l, x, ff, h,
+    PDSERVE_ASSIGN_OR_RETURN(e.up, ExpertMatrix(K::kFfnUpExps, l, x, ff, h,
                                       "moe_intermediate_size x hidden_size"));
-    PDSERVE_ASSIGN(e.down, ExpertMatrix(K::kFfnDownExps, l, x, h, ff,
+    PDSERVE_ASSIGN_OR_RETURN(e.down, ExpertMatrix(K::kFfnDownExps, l, x, h, ff,
                                         "hidden_size x moe_intermediate_size"));
   }
   const int64_t sf = c.shared_expert_intermediate_size;
   if (sf > 0) {
-    PDSERVE_ASSIGN(lw.shared.gate, Matrix(K::kFfnGateShexp, l, sf, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.shared.gate, Matrix(K::kFfnGateShexp, l, sf, h,
                                           "shared_expert_intermediate_size x "
                                           "hidden_size"));
-    PDSERVE_ASSIGN(lw.shared.up, Matrix(K::kFfnUpShexp, l, sf, h,
+    PDSERVE_ASSIGN_OR_RETURN(lw.shared.up, Matrix(K::kFfnUpShexp, l, sf, h,
                                         "shared_expert_intermediate_size x "
                                         "hidden_size"));
-    PDSERVE_ASSIGN(lw.shared.down, Matrix(K::kFfnDownShexp, l, h, sf,
+    PDSERVE_ASSIGN_OR_RETURN(lw.shared.down, Matrix(K::kFfnDownShexp, l, h, sf,
                                           "hidden_size x "
                                           "shared_expert_intermediate_size"));
-    PDSERVE_ASSIGN(lw.shared_gate,
+    PDSERVE_ASSIGN_OR_RETURN(lw.shared_gate,
                    Matrix(K::kFfnShexpGate, l, 1, h, "1 x hidden_size"));
   }
   return absl::OkStatus();
@@ -355,14 +355,14 @@ absl::Status Builder::Build() {
   const ModelConfig& c = w_.config;
   w_.storage = src_.Storage();
   w_.weight_bytes = 0;
-  PDSERVE_ASSIGN(w_.token_embedding,
+  PDSERVE_ASSIGN_OR_RETURN(w_.token_embedding,
                  Matrix(WeightKind::kTokenEmbd, 0, c.vocab_size, c.hidden_size,
                         "vocab_size x hidden_size"));
   w_.layers.resize(c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (absl::Status s = Layer(l, w_.layers[l]); !s.ok()) return s;
   }
-  PDSERVE_ASSIGN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
+  PDSERVE_ASSIGN_OR_RETURN(w_.output_norm, Vector(WeightKind::kOutputNorm, 0,
                                         c.hidden_size, "hidden_size"));
   if (AddOne()) {
     w_.output_norm = PlusOne(w_.output_norm, c.hidden_size);
@@ -370,7 +370,7 @@ absl::Status Builder::Build() {
   if (c.tied_embeddings) {
     w_.lm_head = w_.token_embedding;
   } else {
-    PDSERVE_ASSIGN(w_.lm_head,
+    PDSERVE_ASSIGN_OR_RETURN(w_.lm_head,
                    Matrix(WeightKind::kOutput, 0, c.vocab_size, c.hidden_size,
                           "vocab_size x hidden_size"));
   }

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/device_spec.h"
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/service/engine_service.h"
 #include "kernels/thread_pool.h"

@@ -1,3 +1,4 @@
+#include "absl/base/thread_annotations.h"
 #include "engine/service/engine_service.h"
 
 #include <unistd.h>
@@ -65,13 +66,6 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status EngineServiceImpl::AddSequence(grpc::ServerContext*,
-                                            const v1::AddSequenceRequest* req,
-                                            v1::AddSequenceResponse*) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rpc::ToGrpc(AddLocked(*req));
-}
-
 namespace {
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
@@ -85,13 +79,6 @@ v1::FinishReason ToProto(FinishReason r) {
 }
 }  // namespace
 
-grpc::Status EngineServiceImpl::Step(grpc::ServerContext*,
-                                     const v1::StepRequest* req,
-                                     v1::StepResponse* resp) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ExecuteLocked(*req, resp);
-}
-
 namespace {
 
 // One StepStream's inbox. A reader thread fills it as messages arrive, so the
@@ -100,9 +87,10 @@ namespace {
 struct StepInbox {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<v1::StepRequest> requests;
-  std::vector<uint64_t> cancels;  // StepRequest.cancel_ids, not yet applied
-  bool reads_done = false;
+  std::deque<v1::StepRequest> requests ABSL_GUARDED_BY(mu);
+  // StepRequest.cancel_ids, not yet applied.
+  std::vector<uint64_t> cancels ABSL_GUARDED_BY(mu);
+  bool reads_done ABSL_GUARDED_BY(mu) = false;
 };
 
 void ReadRequests(
@@ -172,8 +160,9 @@ class ResponseWriter {
   grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::StepResponse> out_;
-  bool done_ = false, failed_ = false;
+  std::deque<v1::StepResponse> out_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
@@ -378,19 +367,6 @@ void EngineServiceImpl::RecordStepLocked(int64_t prefill, int64_t decode) {
     std::fprintf(stderr, "pdserve engine: pool metrics: %s\n",
                  std::string(s.message()).c_str());
   }
-}
-
-grpc::Status EngineServiceImpl::Release(grpc::ServerContext*,
-                                        const v1::ReleaseRequest* req,
-                                        v1::ReleaseResponse* resp) {
-  std::lock_guard<std::mutex> lock(mu_);
-  absl::Status first;
-  for (uint64_t id : req->seq_ids()) {
-    absl::Status s = core_->Release(id);
-    if (!s.ok() && first.ok()) first = s;
-  }
-  resp->set_free_pages(core_->Stats().pool.free_pages);
-  return rpc::ToGrpc(first);
 }
 
 }  // namespace pdserve::service

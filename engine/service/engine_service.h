@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "server/metrics/engine_metrics.h"
 
@@ -34,13 +35,6 @@ class EngineServiceImpl final : public v1::Engine::Service {
 
   grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req,
                        v1::EngineInfo* resp) override;
-  grpc::Status AddSequence(grpc::ServerContext* ctx,
-                           const v1::AddSequenceRequest* req,
-                           v1::AddSequenceResponse* resp) override;
-  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
-                    v1::StepResponse* resp) override;
-  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
-                       v1::ReleaseResponse* resp) override;
   // Executes the stream's requests in order (releases, admissions, step),
   // one response each; ends with the first failing step's status. Reads
   // ahead: cancel_ids are applied at the next step boundary, before the
@@ -55,7 +49,7 @@ class EngineServiceImpl final : public v1::Engine::Service {
   void AttachMetrics(metrics::EngineMetrics* metrics);
 
  private:
-  // Releases, then admissions, then the step of `req` (Step, StepStream).
+  // Releases, then admissions, then the step of `req`.
   grpc::Status ExecuteLocked(const v1::StepRequest& req,
                              v1::StepResponse* resp);
   void AdmitLocked(const v1::StepRequest& req, v1::StepResponse* resp);
@@ -69,19 +63,19 @@ class EngineServiceImpl final : public v1::Engine::Service {
   void RecordStepLocked(int64_t prefill, int64_t decode);
 
   std::mutex mu_;
-  EngineCore* core_;
+  EngineCore* const core_ ABSL_PT_GUARDED_BY(mu_);
   std::string model_name_;
   std::string backend_;
   int64_t max_step_tokens_;
-  StepResult result_;  // reused across steps
-  std::vector<StepPlanEntry> plan_;
+  StepResult result_ ABSL_GUARDED_BY(mu_);  // reused across steps
+  std::vector<StepPlanEntry> plan_ ABSL_GUARDED_BY(mu_);
   // Admissions refused in a StepRequest: their items are skipped until a
   // release names them.
-  absl::flat_hash_set<uint64_t> rejected_;
+  absl::flat_hash_set<uint64_t> rejected_ ABSL_GUARDED_BY(mu_);
   // Sequences cancelled out of band (StepRequest.cancel_ids): their items
   // and admissions are skipped until a release names them.
-  absl::flat_hash_set<uint64_t> cancelled_;
-  metrics::EngineMetrics* metrics_ = nullptr;  // guarded by mu_; not owned
+  absl::flat_hash_set<uint64_t> cancelled_ ABSL_GUARDED_BY(mu_);
+  metrics::EngineMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
 };
 
 }  // namespace pdserve::service

@@ -3,16 +3,13 @@
 
 #include "scheduler/cli_args.h"
 #include "server/cli/command.h"
-#ifdef PDSERVE_HAVE_ENGINE_SERVICE
 #include "engine/service/engine_process.h"
 #include "proto/rpc_util.h"
-#endif
 
 namespace pdserve::cli {
 namespace {
 
 int RunEngine(int argc, char** argv) {
-#ifdef PDSERVE_HAVE_ENGINE_SERVICE
   rpc::BlockTerminationSignals();
   const auto& flags = service::EngineFlags();
   auto args = CliArgs::Parse(argc, argv, flags);
@@ -32,10 +29,6 @@ int RunEngine(int argc, char** argv) {
     return 0;
   }
   return service::RunEngineProcess(*args);
-#else
-  std::fprintf(stderr, "pdserve engine: this build has no engine service\n");
-  return 1;
-#endif
 }
 
 }  // namespace

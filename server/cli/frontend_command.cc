@@ -3,16 +3,13 @@
 
 #include "scheduler/cli_args.h"
 #include "server/cli/command.h"
-#ifdef PDSERVE_HAVE_FRONTEND
 #include "proto/rpc_util.h"
 #include "server/frontend/frontend_service.h"
-#endif
 
 namespace pdserve::cli {
 namespace {
 
 int RunFrontend(int argc, char** argv) {
-#ifdef PDSERVE_HAVE_FRONTEND
   rpc::BlockTerminationSignals();
   const auto& flags = frontend::FrontendFlags();
   auto args = CliArgs::Parse(argc, argv, flags);
@@ -32,10 +29,6 @@ int RunFrontend(int argc, char** argv) {
     return 0;
   }
   return frontend::RunFrontendProcess(*args);
-#else
-  std::fprintf(stderr, "pdserve frontend: this build has no front end\n");
-  return 1;
-#endif
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/device_spec.h"
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/loader/model_loader.h"
 #include "engine/model/sampler.h"

@@ -1,6 +1,7 @@
 #include "server/frontend/anthropic_api.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pdserve::frontend {
 namespace {
@@ -28,13 +29,13 @@ absl::Status BlocksText(const Json& v, const std::string& key,
           absl::StrCat(bk, " must be an object, got ", JsonTypeName(v[i])));
     }
     std::optional<std::string> type, text;
-    RETURN_IF_ERROR(GetString(v[i], "type", &type));
+    PDSERVE_RETURN_IF_ERROR(GetString(v[i], "type", &type));
     if (type.value_or("") != "text") {
       return absl::InvalidArgumentError(
           absl::StrCat(bk, ".type '", type.value_or(""),
                        "' is not supported (only text blocks)"));
     }
-    RETURN_IF_ERROR(GetString(v[i], "text", &text));
+    PDSERVE_RETURN_IF_ERROR(GetString(v[i], "text", &text));
     if (!out->empty()) out->push_back('\n');
     out->append(text.value_or(""));
   }
@@ -129,12 +130,12 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
   ApiRequest api;
   v1::GenerateRequest req;
   std::optional<std::string> model;
-  RETURN_IF_ERROR(GetString(body, "model", &model));
+  PDSERVE_RETURN_IF_ERROR(GetString(body, "model", &model));
   if (model.has_value()) req.set_model(*model);
   if (auto it = body.find("system"); it != body.end() && !it->is_null()) {
     v1::ChatMessage* m = req.add_messages();
     m->set_role("system");
-    RETURN_IF_ERROR(BlocksText(*it, "system", m->mutable_content()));
+    PDSERVE_RETURN_IF_ERROR(BlocksText(*it, "system", m->mutable_content()));
   }
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) {
@@ -151,7 +152,7 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
           absl::StrCat(mk, " must be an object, got ", JsonTypeName(m)));
     }
     std::optional<std::string> role;
-    RETURN_IF_ERROR(GetString(m, "role", &role));
+    PDSERVE_RETURN_IF_ERROR(GetString(m, "role", &role));
     if (role.value_or("") != "user" && role.value_or("") != "assistant") {
       return absl::InvalidArgumentError(absl::StrCat(
           mk, ".role '", role.value_or(""), "' must be user or assistant"));
@@ -162,11 +163,11 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
     if (content == m.end()) {
       return absl::InvalidArgumentError(mk + ".content is required");
     }
-    RETURN_IF_ERROR(
+    PDSERVE_RETURN_IF_ERROR(
         BlocksText(*content, mk + ".content", out->mutable_content()));
   }
   std::optional<int64_t> max_tokens, top_k;
-  RETURN_IF_ERROR(GetInteger(body, "max_tokens", &max_tokens));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "max_tokens", &max_tokens));
   if (!for_count) {
     if (!max_tokens.has_value()) {
       return absl::InvalidArgumentError("max_tokens is required");
@@ -178,9 +179,9 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
     req.set_max_tokens(static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX)));
   }
   std::optional<double> temperature, top_p;
-  RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
-  RETURN_IF_ERROR(GetNumber(body, "top_p", &top_p));
-  RETURN_IF_ERROR(GetInteger(body, "top_k", &top_k));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "top_p", &top_p));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "top_k", &top_k));
   v1::SamplingParams* p = req.mutable_sampling();
   p->set_temperature(static_cast<float>(temperature.value_or(1.0)));
   p->set_top_p(static_cast<float>(top_p.value_or(1.0)));
@@ -188,9 +189,9 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
     p->set_top_k(static_cast<int32_t>(
         std::clamp<int64_t>(*top_k, INT32_MIN, INT32_MAX)));
   }
-  RETURN_IF_ERROR(GetStringList(body, "stop_sequences", req.mutable_stop()));
+  PDSERVE_RETURN_IF_ERROR(GetStringList(body, "stop_sequences", req.mutable_stop()));
   std::optional<bool> stream;
-  RETURN_IF_ERROR(GetBool(body, "stream", &stream));
+  PDSERVE_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
   api.stream = stream.value_or(false);
   api.prompts.push_back(std::move(req));
   return api;

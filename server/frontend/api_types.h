@@ -20,13 +20,6 @@ namespace pdserve::frontend {
 
 using Json = nlohmann::json;
 
-#define RETURN_IF_ERROR(expr)                 \
-  do {                                        \
-    if (absl::Status _s = (expr); !_s.ok()) { \
-      return _s;                              \
-    }                                         \
-  } while (0)
-
 // Compact JSON text; invalid UTF-8 in strings becomes U+FFFD.
 std::string DumpJson(const Json& j);
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
 #include "server/frontend/generation_stream.h"
@@ -164,9 +165,11 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::atomic<int> refs_{1};
 
   std::mutex mu_;
-  std::deque<grpc::ByteBuffer> out_;  // front in flight when writing_
-  bool writing_ = false, closing_ = false, server_finished_ = false;
-  grpc::Status close_status_;
+  std::deque<grpc::ByteBuffer> out_ ABSL_GUARDED_BY(mu_);  // front in flight when writing_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status close_status_ ABSL_GUARDED_BY(mu_);
 };
 
 InferenceServiceImpl::InferenceServiceImpl(const ModelContext* model,

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/api.pb.h"
@@ -103,14 +104,18 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   v1::TokenEvent event_;
 
   mutable std::mutex mu_;  // guards everything below
-  Detokenizer detok_;
-  Clock::time_point start_, first_token_, last_token_;
-  Clock::duration detok_time_{0};
-  std::optional<v1::Timings> timings_;
-  std::string request_id_;
-  v1::FinishReason finish_reason_ = v1::FINISH_REASON_UNSPECIFIED;
-  int32_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
-  bool final_sent_ = false;
+  Detokenizer detok_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point start_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point first_token_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_token_ ABSL_GUARDED_BY(mu_);
+  Clock::duration detok_time_ ABSL_GUARDED_BY(mu_){0};
+  std::optional<v1::Timings> timings_ ABSL_GUARDED_BY(mu_);
+  std::string request_id_ ABSL_GUARDED_BY(mu_);
+  v1::FinishReason finish_reason_ ABSL_GUARDED_BY(mu_) = v1::FINISH_REASON_UNSPECIFIED;
+  int32_t prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  bool final_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Records one finished request in `metrics` (may be null): `stats` (the

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "server/frontend/api_types.h"
 #include "server/frontend/generation_stream.h"
 #include "server/http/http_server.h"
@@ -59,13 +60,15 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   GenerationStream::Clock::time_point start_;
 
   std::mutex mu_;
-  int total_ = 0, done_ = 0;
-  std::vector<std::shared_ptr<GenerationStream>> streams_;  // by choice
-  std::vector<ChoiceResult> choices_;
-  std::vector<bool> siblings_started_;  // by prompt
-  bool stream_started_ = false, cancelled_ = false;
-  std::optional<ApiError> error_;
-  v1::Final last_final_;
+  int total_ ABSL_GUARDED_BY(mu_) = 0;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<GenerationStream>> streams_ ABSL_GUARDED_BY(mu_);  // by choice
+  std::vector<ChoiceResult> choices_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> siblings_started_ ABSL_GUARDED_BY(mu_);  // by prompt
+  bool stream_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<ApiError> error_ ABSL_GUARDED_BY(mu_);
+  v1::Final last_final_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve::frontend

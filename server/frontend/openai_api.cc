@@ -1,6 +1,7 @@
 #include "server/frontend/openai_api.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/tokenizer/unicode.h"
 
@@ -49,12 +50,12 @@ absl::Status ContentText(const Json& content, const std::string& key,
           absl::StrCat(pk, " must be an object, got ", JsonTypeName(part)));
     }
     std::optional<std::string> type, text;
-    RETURN_IF_ERROR(GetString(part, "type", &type));
+    PDSERVE_RETURN_IF_ERROR(GetString(part, "type", &type));
     if (type.value_or("text") != "text") {
       return absl::InvalidArgumentError(absl::StrCat(
           pk, ".type '", *type, "' is not supported (only text parts)"));
     }
-    RETURN_IF_ERROR(GetString(part, "text", &text));
+    PDSERVE_RETURN_IF_ERROR(GetString(part, "text", &text));
     if (!out->empty() && text.has_value()) out->push_back('\n');
     out->append(text.value_or(""));
   }
@@ -65,12 +66,12 @@ absl::Status ContentText(const Json& content, const std::string& key,
 absl::Status ParseCommon(const Json& body, v1::GenerateRequest* req,
                          ApiRequest* api) {
   std::optional<std::string> model;
-  RETURN_IF_ERROR(GetString(body, "model", &model));
+  PDSERVE_RETURN_IF_ERROR(GetString(body, "model", &model));
   if (model.has_value()) req->set_model(*model);
   std::optional<int64_t> max_tokens, max_completion_tokens, top_k, seed, n,
       priority;
-  RETURN_IF_ERROR(GetInteger(body, "max_tokens", &max_tokens));
-  RETURN_IF_ERROR(
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "max_tokens", &max_tokens));
+  PDSERVE_RETURN_IF_ERROR(
       GetInteger(body, "max_completion_tokens", &max_completion_tokens));
   if (max_completion_tokens.has_value()) max_tokens = max_completion_tokens;
   if (max_tokens.has_value()) {
@@ -80,16 +81,16 @@ absl::Status ParseCommon(const Json& body, v1::GenerateRequest* req,
   v1::SamplingParams* p = req->mutable_sampling();
   std::optional<double> temperature, top_p, min_p, presence, frequency,
       repetition;
-  RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
-  RETURN_IF_ERROR(GetNumber(body, "top_p", &top_p));
-  RETURN_IF_ERROR(GetNumber(body, "min_p", &min_p));
-  RETURN_IF_ERROR(GetNumber(body, "presence_penalty", &presence));
-  RETURN_IF_ERROR(GetNumber(body, "frequency_penalty", &frequency));
-  RETURN_IF_ERROR(GetNumber(body, "repetition_penalty", &repetition));
-  RETURN_IF_ERROR(GetInteger(body, "top_k", &top_k));
-  RETURN_IF_ERROR(GetInteger(body, "seed", &seed));
-  RETURN_IF_ERROR(GetInteger(body, "n", &n));
-  RETURN_IF_ERROR(GetInteger(body, "priority", &priority));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "top_p", &top_p));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "min_p", &min_p));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "presence_penalty", &presence));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "frequency_penalty", &frequency));
+  PDSERVE_RETURN_IF_ERROR(GetNumber(body, "repetition_penalty", &repetition));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "top_k", &top_k));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "seed", &seed));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "n", &n));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "priority", &priority));
   p->set_temperature(static_cast<float>(temperature.value_or(1.0)));
   p->set_top_p(static_cast<float>(top_p.value_or(1.0)));
   p->set_min_p(static_cast<float>(min_p.value_or(0.0)));
@@ -115,7 +116,7 @@ absl::Status ParseCommon(const Json& body, v1::GenerateRequest* req,
     req->set_priority(static_cast<int32_t>(
         -std::clamp<int64_t>(*priority, -INT32_MAX, INT32_MAX)));
   }
-  RETURN_IF_ERROR(GetStringList(body, "stop", req->mutable_stop()));
+  PDSERVE_RETURN_IF_ERROR(GetStringList(body, "stop", req->mutable_stop()));
   if (auto it = body.find("logit_bias");
       it != body.end() && !it->is_null()) {
     if (!it->is_object()) {
@@ -140,11 +141,11 @@ absl::Status ParseCommon(const Json& body, v1::GenerateRequest* req,
     }
   }
   std::optional<std::string> user;
-  RETURN_IF_ERROR(GetString(body, "user", &user));  // accepted, unused
+  PDSERVE_RETURN_IF_ERROR(GetString(body, "user", &user));  // accepted, unused
   std::optional<bool> ignore_eos, stream;
-  RETURN_IF_ERROR(GetBool(body, "ignore_eos", &ignore_eos));
+  PDSERVE_RETURN_IF_ERROR(GetBool(body, "ignore_eos", &ignore_eos));
   req->set_ignore_eos(ignore_eos.value_or(false));
-  RETURN_IF_ERROR(GetBool(body, "stream", &stream));
+  PDSERVE_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
   api->stream = stream.value_or(false);
   if (auto it = body.find("stream_options");
       it != body.end() && !it->is_null()) {
@@ -153,7 +154,7 @@ absl::Status ParseCommon(const Json& body, v1::GenerateRequest* req,
           "stream_options must be an object, got ", JsonTypeName(*it)));
     }
     std::optional<bool> include_usage;
-    RETURN_IF_ERROR(GetBool(*it, "include_usage", &include_usage));
+    PDSERVE_RETURN_IF_ERROR(GetBool(*it, "include_usage", &include_usage));
     api->include_usage = include_usage.value_or(false);
   }
   if (auto it = body.find("chat_template_kwargs");
@@ -188,15 +189,15 @@ absl::Status ParseChatMessages(const Json& messages, const char* key,
           absl::StrCat(mk, " must be an object, got ", JsonTypeName(m)));
     }
     std::optional<std::string> role, name;
-    RETURN_IF_ERROR(GetString(m, "role", &role));
-    RETURN_IF_ERROR(GetString(m, "name", &name));
+    PDSERVE_RETURN_IF_ERROR(GetString(m, "role", &role));
+    PDSERVE_RETURN_IF_ERROR(GetString(m, "name", &name));
     v1::ChatMessage* out = req->add_messages();
     out->set_role(role.value_or(""));
     if (out->role() == "developer") out->set_role("system");
     if (name.has_value()) out->set_name(*name);
     auto it = m.find("content");
     if (it != m.end()) {
-      RETURN_IF_ERROR(
+      PDSERVE_RETURN_IF_ERROR(
           ContentText(*it, mk + ".content", out->mutable_content()));
     }
   }
@@ -210,12 +211,12 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const Json& body) {
   if (it == body.end() || it->is_null()) {
     return absl::InvalidArgumentError("messages is required");
   }
-  RETURN_IF_ERROR(ParseChatMessages(*it, "messages", &req));
-  RETURN_IF_ERROR(ParseCommon(body, &req, &api));
+  PDSERVE_RETURN_IF_ERROR(ParseChatMessages(*it, "messages", &req));
+  PDSERVE_RETURN_IF_ERROR(ParseCommon(body, &req, &api));
   std::optional<bool> logprobs;
   std::optional<int64_t> top_logprobs;
-  RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
-  RETURN_IF_ERROR(GetInteger(body, "top_logprobs", &top_logprobs));
+  PDSERVE_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "top_logprobs", &top_logprobs));
   if (top_logprobs.value_or(0) != 0 && !logprobs.value_or(false)) {
     return absl::InvalidArgumentError(
         "top_logprobs needs logprobs set to true");
@@ -233,10 +234,10 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const Json& body) {
 absl::StatusOr<ApiRequest> ParseCompletionRequest(const Json& body) {
   ApiRequest api;
   v1::GenerateRequest base;
-  RETURN_IF_ERROR(ParseCommon(body, &base, &api));
+  PDSERVE_RETURN_IF_ERROR(ParseCommon(body, &base, &api));
   base.set_keep_space_prefix(true);  // as vLLM returns completions
   std::optional<int64_t> logprobs;
-  RETURN_IF_ERROR(GetInteger(body, "logprobs", &logprobs));
+  PDSERVE_RETURN_IF_ERROR(GetInteger(body, "logprobs", &logprobs));
   if (logprobs.has_value()) {
     base.set_return_logprobs(true);
     base.set_return_token_ids(true);
@@ -266,7 +267,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const Json& body) {
     api.prompts.back().set_prompt(prompt.get<std::string>());
   } else if (prompt.is_array() && !prompt.empty()) {
     if (prompt[0].is_number()) {
-      RETURN_IF_ERROR(add_ids(prompt, "prompt"));
+      PDSERVE_RETURN_IF_ERROR(add_ids(prompt, "prompt"));
     } else {
       for (size_t i = 0; i < prompt.size(); ++i) {
         const std::string key = absl::StrCat("prompt[", i, "]");
@@ -274,7 +275,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const Json& body) {
           api.prompts.push_back(base);
           api.prompts.back().set_prompt(prompt[i].get<std::string>());
         } else if (prompt[i].is_array()) {
-          RETURN_IF_ERROR(add_ids(prompt[i], key));
+          PDSERVE_RETURN_IF_ERROR(add_ids(prompt[i], key));
         } else {
           return absl::InvalidArgumentError(
               absl::StrCat(key, " must be a string or token ids, got ",

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/metrics/stats.h"
@@ -108,12 +109,12 @@ class EngineMetrics {
   prometheus::Gauge* vllm_kv_usage_ = nullptr;  // null unless vllm_compat
 
   mutable std::mutex mu_;  // guards the fields below
-  double peak_bandwidth_ = 0.0;
-  prometheus::Family<prometheus::Gauge>* peak_family_ = nullptr;
-  prometheus::Gauge* peak_gauge_ = nullptr;
-  int64_t last_preemptions_total_ = 0;
-  int64_t last_prefix_queries_ = 0;
-  int64_t last_prefix_hits_ = 0;
+  double peak_bandwidth_ ABSL_GUARDED_BY(mu_) = 0.0;
+  prometheus::Family<prometheus::Gauge>* peak_family_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* peak_gauge_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t last_preemptions_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_prefix_queries_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_prefix_hits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pdserve::metrics

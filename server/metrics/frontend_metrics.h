@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -84,7 +85,7 @@ class FrontendMetrics {
 
   std::mutex mu_;  // guards request_counters_
   // Key: method + '/' + code name, or route + ' ' + HTTP status.
-  absl::flat_hash_map<std::string, prometheus::Counter*> request_counters_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> request_counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve::metrics

@@ -8,6 +8,7 @@
 #include <queue>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -77,7 +78,7 @@ class ByteLevelBpe : public VocabTokenizer {
   absl::flat_hash_map<uint64_t, uint64_t> merges_;
   absl::flat_hash_map<std::string, int32_t> normal_ids_;  // raw bytes -> id
   mutable std::mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_;
+  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 absl::Status ByteLevelBpe::Init(const VocabSpec& spec) {

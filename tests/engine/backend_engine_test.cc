@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/model/sampler.h"
 #include "gmock/gmock.h"

@@ -8,7 +8,7 @@
 #include <new>
 #include <vector>
 
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/model/sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/thread_pool.h"

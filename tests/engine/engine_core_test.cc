@@ -1,6 +1,6 @@
 // EngineCore: admission checks, plan validation, chunked prefill ==
 // one-shot prefill, batch invariance, capacity finish, page accounting.
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 
 #include <unistd.h>
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "engine/model/sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/thread_pool.h"

@@ -1,25 +1,18 @@
 # Tests for engine/model (forward pass, sampler) and the HF parity fixtures.
-if(TARGET pdserve_model)
-  pdserve_add_test(NAME model_forward_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_forward_test.cc
-    LIBS pdserve_model)
-  pdserve_add_test(NAME model_alloc_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
-    LIBS pdserve_model)
-  pdserve_add_test(NAME model_sampler_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_sampler_test.cc
-    LIBS pdserve_model)
-endif()
-if(TARGET pdserve_model AND TARGET pdserve_loader AND
-   EXISTS ${CMAKE_CURRENT_LIST_DIR}/model_parity_test.cc)
-  pdserve_add_test(NAME model_parity_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_parity_test.cc
-    LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
-endif()
-if(TARGET pdserve AND TARGET pdserve_model)
-  pdserve_add_test(NAME model_generate_cli_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_generate_cli_test.cc
-            ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc
-    LIBS nlohmann_json::nlohmann_json)
-  add_dependencies(model_generate_cli_test pdserve)
-endif()
+pdserve_add_test(NAME model_forward_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_forward_test.cc
+  LIBS pdserve_model)
+pdserve_add_test(NAME model_alloc_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
+  LIBS pdserve_model)
+pdserve_add_test(NAME model_sampler_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_sampler_test.cc
+  LIBS pdserve_model)
+pdserve_add_test(NAME model_parity_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_parity_test.cc
+  LIBS pdserve_model pdserve_loader nlohmann_json::nlohmann_json)
+pdserve_add_test(NAME model_generate_cli_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_generate_cli_test.cc
+          ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc
+  LIBS nlohmann_json::nlohmann_json)
+add_dependencies(model_generate_cli_test pdserve)

@@ -1,25 +1,21 @@
 # Whole-model tests of the CUDA runner (kernels/cuda/plugin) against the CPU
 # forward pass. Label gpu: every test needing a device skips without one;
 # the plugin-file checks run everywhere.
-if(TARGET pdserve_cuda_runner AND TARGET pdserve_model AND TARGET pdserve_loader)
-  pdserve_add_test(NAME model_cuda_test LABEL gpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_test.cc
-    LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
-  pdserve_add_test(NAME model_cuda_tiny_test LABEL gpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_tiny_test.cc
-    LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
-  pdserve_add_test(NAME model_plugin_test LABEL gpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_plugin_test.cc
-    LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv
-         ${CMAKE_DL_LIBS})
-  pdserve_add_test(NAME model_pack_test LABEL gpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_pack_test.cc
-    LIBS pdserve_cuda_runner)
-  pdserve_add_test(NAME model_engine_test LABEL gpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_engine_test.cc
-    LIBS pdserve_cuda_runner pdserve_kv pdserve_model pdserve_loader)
-  if(TARGET pdserve_cuda)
-    add_dependencies(model_engine_test pdserve_cuda)
-    add_dependencies(model_plugin_test pdserve_cuda)
-  endif()
-endif()
+pdserve_add_test(NAME model_cuda_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_test.cc
+  LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
+pdserve_add_test(NAME model_cuda_tiny_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_cuda_tiny_test.cc
+  LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv)
+pdserve_add_test(NAME model_plugin_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_plugin_test.cc
+  LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv
+       ${CMAKE_DL_LIBS})
+pdserve_add_test(NAME model_pack_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_pack_test.cc
+  LIBS pdserve_cuda_runner)
+pdserve_add_test(NAME model_engine_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_engine_test.cc
+  LIBS pdserve_cuda_runner pdserve_engine_core pdserve_model pdserve_loader)
+add_dependencies(model_engine_test pdserve_cuda)
+add_dependencies(model_plugin_test pdserve_cuda)

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/plugin/cuda_runner.h"
 #include "kernels/thread_pool.h"

@@ -24,7 +24,7 @@ class Driver {
 
   void Submit(char id, int64_t prompt, int64_t max_new, int32_t priority = 0) {
     ASSERT_TRUE(
-        policy.Submit({static_cast<SeqId>(id), priority, prompt, max_new})
+        policy.Submit({static_cast<SequenceId>(id), priority, prompt, max_new})
             .ok());
   }
   std::string Step(std::vector<char> finish = {}) {
@@ -32,7 +32,7 @@ class Driver {
     std::vector<ItemOutcome> outcomes;
     for (const PlanItem& item : plan.items) {
       bool f = false;
-      for (char c : finish) f |= item.id == static_cast<SeqId>(c);
+      for (char c : finish) f |= item.id == static_cast<SequenceId>(c);
       outcomes.push_back({item.id, f});
     }
     policy.Commit(outcomes);
@@ -308,8 +308,8 @@ TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
         .max_running = 1 + static_cast<int64_t>(rng() % 6)};
     Policy p(config, Pool(4, 6 + rng() % 10, 24));
     std::vector<RequestSpec> reqs;
-    absl::flat_hash_map<SeqId, int64_t> tokens;
-    for (SeqId id = 1; id <= 12; ++id) {
+    absl::flat_hash_map<SequenceId, int64_t> tokens;
+    for (SequenceId id = 1; id <= 12; ++id) {
       RequestSpec r{id, static_cast<int32_t>(rng() % 3),
                     1 + static_cast<int64_t>(rng() % 12),
                     1 + static_cast<int64_t>(rng() % 8)};
@@ -336,7 +336,7 @@ TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
       if (chunk > 0) {
         ASSERT_LE(total, config.step_token_budget);
       }
-      for (SeqId id : plan.preempted) {
+      for (SequenceId id : plan.preempted) {
         // Tokens produced before preemption stay counted; the recomputed
         // prompt yields the next one.
         ASSERT_EQ(tokens[id], p.View(id).generated);

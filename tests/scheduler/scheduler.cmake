@@ -7,8 +7,6 @@ pdserve_add_test(NAME simulator_test LABEL unit
 pdserve_add_test(NAME cli_args_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cli_args_test.cc
   LIBS pdserve_scheduler_policy)
-if(TARGET pdserve_frontend)
-  pdserve_add_test(NAME frontend_request_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/frontend_request_test.cc
-    LIBS pdserve_frontend)
-endif()
+pdserve_add_test(NAME frontend_request_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/frontend_request_test.cc
+  LIBS pdserve_frontend)

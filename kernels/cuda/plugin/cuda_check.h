@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace pdserve::cuda_runner {
@@ -35,12 +36,6 @@ inline absl::Status CudaStatus(cudaError_t e, const char *what) {
     if (pdserve_cuda_err_ != cudaSuccess) {                                \
       return ::pdserve::cuda_runner::CudaStatus(pdserve_cuda_err_, #expr); \
     }                                                                      \
-  } while (0)
-
-#define PDSERVE_RETURN_IF_ERROR(expr)                  \
-  do {                                                 \
-    const ::absl::Status pdserve_status_ = (expr);     \
-    if (!pdserve_status_.ok()) return pdserve_status_; \
   } while (0)
 
 #endif  // PDSERVE_KERNELS_CUDA_PLUGIN_CUDA_CHECK_H_

@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/chat/jinja/builtins.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 #include "server/chat/jinja/text.h"
 
 namespace pdserve::jinja {
@@ -28,7 +28,7 @@ bool IsInt(const Value& v) { return v.kind() == Value::Kind::kInt; }
 // Filters that only take the input converted with str().
 Filter StrFilter(std::function<std::string(const std::string&)> fn) {
   return [fn](const Value& in, const CallArgs& args) -> absl::StatusOr<Value> {
-    PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("filter", args, {}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("filter", args, {}));
     (void)a;
     return Value::String(fn(in.Str()));
   };
@@ -44,9 +44,9 @@ absl::StatusOr<Value> AttrPath(const Value& v, const std::string& path) {
                                                                    : dot - start);
     int64_t idx;
     if (absl::SimpleAtoi(part, &idx)) {
-      PDJ_ASSIGN_OR_RETURN(cur, GetItem(cur, Value::Int(idx)));
+      PDSERVE_ASSIGN_OR_RETURN(cur, GetItem(cur, Value::Int(idx)));
     } else {
-      PDJ_ASSIGN_OR_RETURN(cur, GetItem(cur, Value::String(part)));
+      PDSERVE_ASSIGN_OR_RETURN(cur, GetItem(cur, Value::String(part)));
     }
     if (dot == std::string::npos) return cur;
     start = dot + 1;
@@ -65,7 +65,7 @@ absl::StatusOr<Value> Length(const Value& in) {
 }
 
 absl::StatusOr<Value> ToJson(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("tojson", args,
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("tojson", args,
                                         {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonDumpOptions o;
   if (a[0].has_value()) o.ensure_ascii = a[0]->Truthy();
@@ -84,19 +84,19 @@ absl::StatusOr<Value> ToJson(const Value& in, const CallArgs& args) {
     o.key_separator = s.as_list().items[1].as_string();
   }
   if (a[3].has_value()) o.sort_keys = a[3]->Truthy();
-  PDJ_ASSIGN_OR_RETURN(std::string json, DumpJson(in, o));
+  PDSERVE_ASSIGN_OR_RETURN(std::string json, DumpJson(in, o));
   return Value::String(std::move(json));
 }
 
 absl::StatusOr<Value> Join(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("join", args, {"d", "attribute"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("join", args, {"d", "attribute"}));
   std::string sep = a[0].has_value() ? a[0]->Str() : "";
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     Value item = items[i];
     if (a[1].has_value() && !a[1]->is_none()) {
-      PDJ_ASSIGN_OR_RETURN(item, AttrPath(item, a[1]->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(item, AttrPath(item, a[1]->Str()));
     }
     if (i) out += sep;
     out += item.Str();
@@ -105,7 +105,7 @@ absl::StatusOr<Value> Join(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> Default(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("default", args, {"default_value", "boolean"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("default", args, {"default_value", "boolean"}));
   bool boolean = a[1].has_value() && a[1]->Truthy();
   if (in.is_undefined() || (boolean && !in.Truthy())) {
     return a[0].has_value() ? *a[0] : Value::String("");
@@ -122,7 +122,7 @@ absl::StatusOr<Value> Items(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> FirstLast(const Value& in, bool first) {
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
   return first ? items.front() : items.back();
 }
@@ -130,7 +130,7 @@ absl::StatusOr<Value> FirstLast(const Value& in, bool first) {
 // select / reject / selectattr / rejectattr.
 absl::StatusOr<Value> Select(const Value& in, const CallArgs& args, bool attr,
                              bool keep) {
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   size_t next = 0;
   std::string attribute;
   if (attr) {
@@ -151,13 +151,13 @@ absl::StatusOr<Value> Select(const Value& in, const CallArgs& args, bool attr,
   for (const Value& item : items) {
     Value v = item;
     if (attr) {
-      PDJ_ASSIGN_OR_RETURN(v, AttrPath(item, attribute));
+      PDSERVE_ASSIGN_OR_RETURN(v, AttrPath(item, attribute));
     }
     bool pass;
     if (test.empty()) {
       pass = v.Truthy();
     } else {
-      PDJ_ASSIGN_OR_RETURN(pass, ApplyTest(test, v, test_args));
+      PDSERVE_ASSIGN_OR_RETURN(pass, ApplyTest(test, v, test_args));
     }
     if (pass == keep) out.push_back(item);
   }
@@ -165,7 +165,7 @@ absl::StatusOr<Value> Select(const Value& in, const CallArgs& args, bool attr,
 }
 
 absl::StatusOr<Value> Map(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::vector<Value> out;
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
@@ -175,7 +175,7 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args) {
   }
   if (attribute != nullptr) {
     for (const Value& item : items) {
-      PDJ_ASSIGN_OR_RETURN(Value v, AttrPath(item, attribute->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, AttrPath(item, attribute->Str()));
       out.push_back(v.is_undefined() && dflt != nullptr ? *dflt : v);
     }
     return Value::List(std::move(out));
@@ -187,7 +187,7 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args) {
   fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
   fargs.kwargs = args.kwargs;
   for (const Value& item : items) {
-    PDJ_ASSIGN_OR_RETURN(Value v, ApplyFilter(filter, item, fargs));
+    PDSERVE_ASSIGN_OR_RETURN(Value v, ApplyFilter(filter, item, fargs));
     out.push_back(std::move(v));
   }
   return Value::List(std::move(out));
@@ -200,15 +200,15 @@ Value SortKey(const Value& v, bool case_sensitive) {
 }
 
 absl::StatusOr<Value> Sort(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"}));
   bool reverse = a[0].has_value() && a[0]->Truthy();
   bool cs = a[1].has_value() && a[1]->Truthy();
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : items) {
     Value k = item;
     if (a[2].has_value() && !a[2]->is_none()) {
-      PDJ_ASSIGN_OR_RETURN(k, AttrPath(item, a[2]->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(k, AttrPath(item, a[2]->Str()));
     }
     keyed.emplace_back(SortKey(k, cs), item);
   }
@@ -221,21 +221,21 @@ absl::StatusOr<Value> Sort(const Value& in, const CallArgs& args) {
     }
     return *c < 0;
   });
-  PDJ_RETURN_IF_ERROR(err);
+  PDSERVE_RETURN_IF_ERROR(err);
   std::vector<Value> out;
   for (auto& kv : keyed) out.push_back(std::move(kv.second));
   return Value::List(std::move(out));
 }
 
 absl::StatusOr<Value> Unique(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("unique", args, {"case_sensitive", "attribute"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("unique", args, {"case_sensitive", "attribute"}));
   bool cs = a[0].has_value() && a[0]->Truthy();
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::vector<Value> out, seen;
   for (const Value& item : items) {
     Value k = item;
     if (a[1].has_value() && !a[1]->is_none()) {
-      PDJ_ASSIGN_OR_RETURN(k, AttrPath(item, a[1]->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(k, AttrPath(item, a[1]->Str()));
     }
     k = SortKey(k, cs);
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.Equals(k); })) continue;
@@ -246,20 +246,20 @@ absl::StatusOr<Value> Unique(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> MinMax(const Value& in, const CallArgs& args, bool max) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"}));
   bool cs = a[0].has_value() && a[0]->Truthy();
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
   const Value* best = nullptr;
   Value best_key;
   for (const Value& item : items) {
     Value k = item;
     if (a[1].has_value() && !a[1]->is_none()) {
-      PDJ_ASSIGN_OR_RETURN(k, AttrPath(item, a[1]->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(k, AttrPath(item, a[1]->Str()));
     }
     k = SortKey(k, cs);
     if (best != nullptr) {
-      PDJ_ASSIGN_OR_RETURN(int c, Compare(k, best_key));
+      PDSERVE_ASSIGN_OR_RETURN(int c, Compare(k, best_key));
       if (max ? c <= 0 : c >= 0) continue;
     }
     best = &item;
@@ -269,13 +269,13 @@ absl::StatusOr<Value> MinMax(const Value& in, const CallArgs& args, bool max) {
 }
 
 absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("sum", args, {"attribute", "start"}));
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("sum", args, {"attribute", "start"}));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   Value acc = a[1].has_value() ? *a[1] : Value::Int(0);
   for (const Value& item : items) {
     Value v = item;
     if (a[0].has_value() && !a[0]->is_none()) {
-      PDJ_ASSIGN_OR_RETURN(v, AttrPath(item, a[0]->Str()));
+      PDSERVE_ASSIGN_OR_RETURN(v, AttrPath(item, a[0]->Str()));
     }
     if (!acc.is_number() || !v.is_number()) {
       return TypeError(absl::StrCat("unsupported operand type(s) for +: '", acc.TypeName(),
@@ -291,7 +291,7 @@ absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> ToInt(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("int", args, {"default", "base"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("int", args, {"default", "base"}));
   Value dflt = a[0].has_value() ? *a[0] : Value::Int(0);
   if (in.kind() == Value::Kind::kInt) return in;
   if (in.kind() == Value::Kind::kBool) return Value::Int(in.as_bool());
@@ -310,7 +310,7 @@ absl::StatusOr<Value> ToInt(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> ToFloat(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("float", args, {"default"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("float", args, {"default"}));
   if (in.is_number()) return Value::Float(in.ToDouble());
   double d;
   if (in.is_string() && absl::SimpleAtod(in.as_string(), &d)) return Value::Float(d);
@@ -318,7 +318,7 @@ absl::StatusOr<Value> ToFloat(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("indent", args, {"width", "first", "blank"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("indent", args, {"width", "first", "blank"}));
   std::string ind = "    ";
   if (a[0].has_value()) {
     ind = a[0]->is_string() ? a[0]->as_string()
@@ -340,7 +340,7 @@ absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> Round(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("round", args, {"precision", "method"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("round", args, {"precision", "method"}));
   if (!in.is_number()) return TypeError("round needs a number");
   int64_t precision = a[0].has_value() && IsInt(*a[0]) ? a[0]->as_int() : 0;
   std::string method = a[1].has_value() ? a[1]->Str() : "common";
@@ -352,7 +352,7 @@ absl::StatusOr<Value> Round(const Value& in, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> Replace(const Value& in, const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("replace", args, {"old", "new", "count"}));
+  PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("replace", args, {"old", "new", "count"}));
   if (!a[0].has_value() || !a[1].has_value()) return TypeError("replace needs old and new");
   int64_t count = a[2].has_value() && IsInt(*a[2]) ? a[2]->as_int() : -1;
   return Value::String(PyReplace(in.Str(), a[0]->Str(), a[1]->Str(), count));
@@ -364,7 +364,7 @@ absl::StatusOr<Value> Reverse(const Value& in) {
     std::reverse(cps.begin(), cps.end());
     return Value::String(EncodeUtf8(cps));
   }
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::reverse(items.begin(), items.end());
   return Value::List(std::move(items));
 }
@@ -396,12 +396,12 @@ const absl::flat_hash_map<std::string, Filter>& Filters() {
       {"first", [](const Value& v, const CallArgs&) { return FirstLast(v, true); }},
       {"last", [](const Value& v, const CallArgs&) { return FirstLast(v, false); }},
       {"list", [](const Value& v, const CallArgs&) -> absl::StatusOr<Value> {
-         PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+         PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
          return Value::List(std::move(items));
        }},
       {"string", [](const Value& v, const CallArgs&) { return absl::StatusOr<Value>(Value::String(v.Str())); }},
       {"trim", [](const Value& v, const CallArgs& args) -> absl::StatusOr<Value> {
-         PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {"chars"}));
+         PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {"chars"}));
          std::optional<std::string> chars;
          if (a[0].has_value() && !a[0]->is_none()) chars = a[0]->Str();
          return Value::String(PyStrip(v.Str(), chars, true, true));
@@ -447,8 +447,8 @@ absl::StatusOr<Value> OneArg(absl::string_view test, const CallArgs& args) {
 
 Test CompareTest(std::function<bool(int)> pred, const char* name) {
   return [pred, name](const Value& v, const CallArgs& args) -> absl::StatusOr<bool> {
-    PDJ_ASSIGN_OR_RETURN(Value other, OneArg(name, args));
-    PDJ_ASSIGN_OR_RETURN(int c, Compare(v, other));
+    PDSERVE_ASSIGN_OR_RETURN(Value other, OneArg(name, args));
+    PDSERVE_ASSIGN_OR_RETURN(int c, Compare(v, other));
     return pred(c);
   };
 }
@@ -489,12 +489,12 @@ const absl::flat_hash_map<std::string, Test>& Tests() {
       {"odd", KindTest([](const Value& v) { return v.kind() == K::kInt && v.as_int() % 2 != 0; })},
       {"even", KindTest([](const Value& v) { return v.kind() == K::kInt && v.as_int() % 2 == 0; })},
       {"divisibleby", [](const Value& v, const CallArgs& args) -> absl::StatusOr<bool> {
-         PDJ_ASSIGN_OR_RETURN(Value n, OneArg("divisibleby", args));
+         PDSERVE_ASSIGN_OR_RETURN(Value n, OneArg("divisibleby", args));
          if (!IsInt(v) || !IsInt(n) || n.as_int() == 0) return TypeError("divisibleby needs nonzero ints");
          return v.as_int() % n.as_int() == 0;
        }},
       {"sameas", [](const Value& v, const CallArgs& args) -> absl::StatusOr<bool> {
-         PDJ_ASSIGN_OR_RETURN(Value o, OneArg("sameas", args));
+         PDSERVE_ASSIGN_OR_RETURN(Value o, OneArg("sameas", args));
          if (v.kind() != o.kind()) return false;
          // Python `is`: identity; small ints, bools, None and (interned)
          // strings behave like equality, containers never share identity.
@@ -502,7 +502,7 @@ const absl::flat_hash_map<std::string, Test>& Tests() {
          return v.Equals(o);
        }},
       {"in", [](const Value& v, const CallArgs& args) -> absl::StatusOr<bool> {
-         PDJ_ASSIGN_OR_RETURN(Value o, OneArg("in", args));
+         PDSERVE_ASSIGN_OR_RETURN(Value o, OneArg("in", args));
          return Contains(o, v);
        }},
       {"eq", CompareTest([](int c) { return c == 0; }, "eq")},
@@ -540,7 +540,7 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
   }
   // eq/ne compare with ==, which works across all types.
   if (name == "eq" || name == "equalto" || name == "ne") {
-    PDJ_ASSIGN_OR_RETURN(Value o, OneArg(name, args));
+    PDSERVE_ASSIGN_OR_RETURN(Value o, OneArg(name, args));
     return input.Equals(o) == (name != "ne");
   }
   return it->second(input, args);

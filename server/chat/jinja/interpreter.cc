@@ -13,7 +13,7 @@
 #include "server/chat/jinja/builtins.h"
 #include "server/chat/jinja/lexer.h"
 #include "server/chat/jinja/parser.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 #include "server/chat/jinja/template.h"
 #include "server/chat/jinja/text.h"
 
@@ -37,7 +37,7 @@ class Renderer {
     frames_.push_back(&root);
     root_ = &root;
     out_ = out;
-    PDJ_ASSIGN_OR_RETURN(Flow f, Exec(t_.body));
+    PDSERVE_ASSIGN_OR_RETURN(Flow f, Exec(t_.body));
     (void)f;
     return absl::OkStatus();
   }
@@ -132,8 +132,8 @@ absl::StatusOr<std::string> Renderer::Capture(const Body& body) {
 absl::StatusOr<Value> Renderer::ApplyFilters(const std::vector<ExprPtr>& filters,
                                              Value v) {
   for (const ExprPtr& f : filters) {
-    PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(*f, 1));
-    PDJ_ASSIGN_OR_RETURN(v, ApplyFilter(f->name, v, args));
+    PDSERVE_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(*f, 1));
+    PDSERVE_ASSIGN_OR_RETURN(v, ApplyFilter(f->name, v, args));
   }
   return v;
 }
@@ -141,16 +141,16 @@ absl::StatusOr<Value> Renderer::ApplyFilters(const std::vector<ExprPtr>& filters
 absl::StatusOr<Renderer::Flow> Renderer::ExecNode(const Node& n) {
   switch (n.kind) {
     case Node::Kind::kData:
-      PDJ_RETURN_IF_ERROR(Emit(n.text));
+      PDSERVE_RETURN_IF_ERROR(Emit(n.text));
       return Flow::kNormal;
     case Node::Kind::kOutput: {
-      PDJ_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
-      PDJ_RETURN_IF_ERROR(Emit(v.Str()));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
+      PDSERVE_RETURN_IF_ERROR(Emit(v.Str()));
       return Flow::kNormal;
     }
     case Node::Kind::kIf:
       for (size_t i = 0; i < n.conds.size(); ++i) {
-        PDJ_ASSIGN_OR_RETURN(Value c, Eval(*n.conds[i]));
+        PDSERVE_ASSIGN_OR_RETURN(Value c, Eval(*n.conds[i]));
         if (c.Truthy()) return Exec(n.bodies[i]);
       }
       if (n.bodies.size() > n.conds.size()) return Exec(n.bodies.back());
@@ -158,7 +158,7 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecNode(const Node& n) {
     case Node::Kind::kFor:
       return ExecFor(n);
     case Node::Kind::kSet: {
-      PDJ_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
       if (!n.attr.empty()) {
         Value ns = Lookup(n.targets[0]);
         if (ns.kind() != Value::Kind::kNamespace) {
@@ -168,19 +168,19 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecNode(const Node& n) {
         ns.namespace_dict().Set(n.attr, std::move(v));
         return Flow::kNormal;
       }
-      PDJ_RETURN_IF_ERROR(AssignTargets(n.targets, v));
+      PDSERVE_RETURN_IF_ERROR(AssignTargets(n.targets, v));
       return Flow::kNormal;
     }
     case Node::Kind::kSetBlock: {
-      PDJ_ASSIGN_OR_RETURN(std::string s, Capture(n.bodies[0]));
-      PDJ_ASSIGN_OR_RETURN(Value v, ApplyFilters(n.filters, Value::String(std::move(s))));
+      PDSERVE_ASSIGN_OR_RETURN(std::string s, Capture(n.bodies[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, ApplyFilters(n.filters, Value::String(std::move(s))));
       Assign(n.targets[0], std::move(v));
       return Flow::kNormal;
     }
     case Node::Kind::kFilterBlock: {
-      PDJ_ASSIGN_OR_RETURN(std::string s, Capture(n.bodies[0]));
-      PDJ_ASSIGN_OR_RETURN(Value v, ApplyFilters(n.filters, Value::String(std::move(s))));
-      PDJ_RETURN_IF_ERROR(Emit(v.Str()));
+      PDSERVE_ASSIGN_OR_RETURN(std::string s, Capture(n.bodies[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, ApplyFilters(n.filters, Value::String(std::move(s))));
+      PDSERVE_RETURN_IF_ERROR(Emit(v.Str()));
       return Flow::kNormal;
     }
     case Node::Kind::kMacro:
@@ -193,7 +193,7 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecNode(const Node& n) {
     case Node::Kind::kScope: {
       Frame frame;
       for (size_t i = 0; i < n.targets.size(); ++i) {
-        PDJ_ASSIGN_OR_RETURN(Value v, Eval(*n.conds[i]));
+        PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*n.conds[i]));
         frame[n.targets[i]] = std::move(v);
       }
       frames_.push_back(&frame);
@@ -206,8 +206,8 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecNode(const Node& n) {
 }
 
 absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Node& n) {
-  PDJ_ASSIGN_OR_RETURN(Value iterable, Eval(*n.expr));
-  PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(iterable));
+  PDSERVE_ASSIGN_OR_RETURN(Value iterable, Eval(*n.expr));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(iterable));
   auto count_iteration = [&]() -> absl::Status {
     if (++iterations_ > options_.limits.max_loop_iterations) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -219,7 +219,7 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Node& n) {
   if (!n.conds.empty()) {  // {% for x in y if cond %}: filter first
     std::vector<Value> kept;
     for (Value& item : items) {
-      PDJ_RETURN_IF_ERROR(count_iteration());
+      PDSERVE_RETURN_IF_ERROR(count_iteration());
       Frame frame;
       frames_.push_back(&frame);
       absl::Status s = AssignTargets(n.targets, item);
@@ -232,7 +232,7 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Node& n) {
   }
   int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
-    PDJ_RETURN_IF_ERROR(count_iteration());
+    PDSERVE_RETURN_IF_ERROR(count_iteration());
     Frame frame;
     frames_.push_back(&frame);
     ValueDict loop;
@@ -263,7 +263,7 @@ absl::StatusOr<CallArgs> Renderer::EvalArgs(const Expr& e, size_t first) {
   size_t n = e.args.size();
   size_t n_kw = e.kwarg_names.size();
   for (size_t i = first; i < n; ++i) {
-    PDJ_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i]));
+    PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i]));
     if (i + n_kw >= n) {
       args.kwargs.emplace_back(e.kwarg_names[i + n_kw - n], std::move(v));
     } else {
@@ -284,11 +284,11 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e) {
 }
 
 absl::StatusOr<Value> Renderer::EvalSlice(const Expr& e) {
-  PDJ_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
+  PDSERVE_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
   std::optional<int64_t> parts[3];
   for (int i = 0; i < 3; ++i) {
     if (e.args[i + 1] == nullptr) continue;
-    PDJ_ASSIGN_OR_RETURN(Value p, Eval(*e.args[i + 1]));
+    PDSERVE_ASSIGN_OR_RETURN(Value p, Eval(*e.args[i + 1]));
     if (p.is_none()) continue;
     if (p.kind() != Value::Kind::kInt) {
       return absl::InvalidArgumentError("TypeError: slice indices must be integers or None");
@@ -315,9 +315,9 @@ absl::StatusOr<Value> Renderer::EvalSlice(const Expr& e) {
 }
 
 absl::StatusOr<Value> Renderer::EvalCompare(const Expr& e) {
-  PDJ_ASSIGN_OR_RETURN(Value left, Eval(*e.args[0]));
+  PDSERVE_ASSIGN_OR_RETURN(Value left, Eval(*e.args[0]));
   for (size_t i = 0; i < e.ops.size(); ++i) {
-    PDJ_ASSIGN_OR_RETURN(Value right, Eval(*e.args[i + 1]));
+    PDSERVE_ASSIGN_OR_RETURN(Value right, Eval(*e.args[i + 1]));
     const std::string& op = e.ops[i];
     bool r;
     if (op == "==") {
@@ -325,10 +325,10 @@ absl::StatusOr<Value> Renderer::EvalCompare(const Expr& e) {
     } else if (op == "!=") {
       r = !left.Equals(right);
     } else if (op == "in" || op == "notin") {
-      PDJ_ASSIGN_OR_RETURN(bool c, Contains(right, left));
+      PDSERVE_ASSIGN_OR_RETURN(bool c, Contains(right, left));
       r = (op == "in") == c;
     } else {
-      PDJ_ASSIGN_OR_RETURN(int c, Compare(left, right));
+      PDSERVE_ASSIGN_OR_RETURN(int c, Compare(left, right));
       r = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
     }
     if (!r) return Value::Bool(false);
@@ -386,13 +386,13 @@ absl::StatusOr<Value> Renderer::CallMacro(const MacroDef& m, const CallArgs& arg
     --call_depth_;
   }
   frames_ = std::move(saved);
-  PDJ_RETURN_IF_ERROR(status);
+  PDSERVE_RETURN_IF_ERROR(status);
   if (!out.ok()) return out.status();
   return Value::String(*std::move(out));
 }
 
 absl::StatusOr<Value> Renderer::CallGlobal(const Expr& e) {
-  PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 0));
+  PDSERVE_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 0));
   Value callee = Lookup(e.name);
   if (callee.kind() == Value::Kind::kMacro && callee.as_macro() != nullptr) {
     return CallMacro(*callee.as_macro(), args);
@@ -414,7 +414,7 @@ absl::StatusOr<Value> Renderer::CallGlobal(const Expr& e) {
     return e.name == "dict" ? Value::Dict(std::move(d)) : Value::Namespace(std::move(d));
   }
   if (e.name == "range") {
-    PDJ_ASSIGN_OR_RETURN(auto a, BindArgs("range", args, {"a", "b", "step"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("range", args, {"a", "b", "step"}));
     int64_t v[3] = {0, 0, 1};
     for (int i = 0; i < 3; ++i) {
       if (!a[i].has_value()) continue;
@@ -455,7 +455,7 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
     case Expr::Kind::kList: case Expr::Kind::kTuple: {
       std::vector<Value> items;
       for (const ExprPtr& a : e.args) {
-        PDJ_ASSIGN_OR_RETURN(Value v, Eval(*a));
+        PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*a));
         items.push_back(std::move(v));
       }
       return Value::List(std::move(items), e.kind == Expr::Kind::kTuple);
@@ -463,8 +463,8 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
     case Expr::Kind::kDict: {
       ValueDict d;
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        PDJ_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
-        PDJ_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
+        PDSERVE_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
+        PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
         if (!k.is_string()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "dict literal keys must be strings, got ", k.TypeName()));
@@ -474,34 +474,34 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
       return Value::Dict(std::move(d));
     }
     case Expr::Kind::kGetAttr: {
-      PDJ_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
       return GetAttr(obj, e.name);
     }
     case Expr::Kind::kGetItem: {
-      PDJ_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      PDJ_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
+      PDSERVE_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
       return GetItem(obj, key);
     }
     case Expr::Kind::kSlice: return EvalSlice(e);
     case Expr::Kind::kCall: return CallGlobal(e);
     case Expr::Kind::kMethodCall: {
-      PDJ_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
+      PDSERVE_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
       return CallMethod(obj, e.name, args);
     }
     case Expr::Kind::kFilter: {
-      PDJ_ASSIGN_OR_RETURN(Value in, Eval(*e.args[0]));
-      PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
+      PDSERVE_ASSIGN_OR_RETURN(Value in, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
       return ApplyFilter(e.name, in, args);
     }
     case Expr::Kind::kTest: {
-      PDJ_ASSIGN_OR_RETURN(Value in, Eval(*e.args[0]));
-      PDJ_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
-      PDJ_ASSIGN_OR_RETURN(bool r, ApplyTest(e.name, in, args));
+      PDSERVE_ASSIGN_OR_RETURN(Value in, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
+      PDSERVE_ASSIGN_OR_RETURN(bool r, ApplyTest(e.name, in, args));
       return Value::Bool(r != e.negated);
     }
     case Expr::Kind::kNeg: case Expr::Kind::kPos: {
-      PDJ_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
       if (v.kind() == Value::Kind::kFloat) {
         return Value::Float(e.kind == Expr::Kind::kNeg ? -v.as_float() : v.as_float());
       }
@@ -509,22 +509,22 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e) {
       return BinaryOp("-", Value::Int(0), v, options_.limits.max_output_bytes);
     }
     case Expr::Kind::kNot: {
-      PDJ_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
       return Value::Bool(!v.Truthy());
     }
     case Expr::Kind::kAnd: case Expr::Kind::kOr: {
-      PDJ_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
       if (a.Truthy() == (e.kind == Expr::Kind::kOr)) return a;
       return Eval(*e.args[1]);
     }
     case Expr::Kind::kBinary: {
-      PDJ_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
-      PDJ_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
+      PDSERVE_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+      PDSERVE_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
       return BinaryOp(e.name, a, b, options_.limits.max_output_bytes);
     }
     case Expr::Kind::kCompare: return EvalCompare(e);
     case Expr::Kind::kCondExpr: {
-      PDJ_ASSIGN_OR_RETURN(Value c, Eval(*e.args[1]));
+      PDSERVE_ASSIGN_OR_RETURN(Value c, Eval(*e.args[1]));
       if (c.Truthy()) return Eval(*e.args[0]);
       if (e.args[2] == nullptr) return Value::Undefined("conditional expression had no else");
       return Eval(*e.args[2]);
@@ -575,7 +575,7 @@ std::string Template::LiteralText() const {
 }
 
 absl::StatusOr<Template> Template::Parse(absl::string_view source) {
-  PDJ_ASSIGN_OR_RETURN(std::unique_ptr<ParsedTemplate> parsed, ParseTemplate(source));
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ParsedTemplate> parsed, ParseTemplate(source));
   return Template(std::shared_ptr<const ParsedTemplate>(std::move(parsed)));
 }
 
@@ -583,7 +583,7 @@ absl::StatusOr<std::string> Template::Render(const ValueDict& variables,
                                              const RenderOptions& options) const {
   std::string out;
   Renderer r(*parsed_, variables, options);
-  PDJ_RETURN_IF_ERROR(r.Run(&out));
+  PDSERVE_RETURN_IF_ERROR(r.Run(&out));
   return out;
 }
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/chat/jinja/builtins.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 #include "server/chat/jinja/text.h"
 
 namespace pdserve::jinja {
@@ -149,19 +149,19 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
     return BindArgs(absl::StrCat("str.", name), args, params);
   };
   if (name == "startswith" || name == "endswith") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"prefix"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"prefix"}));
     if (!a[0].has_value()) return TypeError(absl::StrCat(name, "() takes one argument"));
     return AffixCheck(s, *a[0], name == "startswith");
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"chars"}));
-    PDJ_ASSIGN_OR_RETURN(auto chars, OptString(name, a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"chars"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto chars, OptString(name, a[0]));
     return Value::String(PyStrip(s, chars, name != "rstrip", name != "lstrip"));
   }
   if (name == "split" || name == "rsplit") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"sep", "maxsplit"}));
-    PDJ_ASSIGN_OR_RETURN(auto sep, OptString(name, a[0]));
-    PDJ_ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(name, a[1], -1));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"sep", "maxsplit"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto sep, OptString(name, a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(name, a[1], -1));
     if (sep.has_value() && sep->empty()) {
       return absl::InvalidArgumentError("ValueError: empty separator");
     }
@@ -177,15 +177,15 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
     return StringList(std::move(lines));
   }
   if (name == "replace") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"old", "new", "count"}));
-    PDJ_ASSIGN_OR_RETURN(std::string o, StrArg(name, a[0]));
-    PDJ_ASSIGN_OR_RETURN(std::string n, StrArg(name, a[1]));
-    PDJ_ASSIGN_OR_RETURN(int64_t count, IntArg(name, a[2], -1));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"old", "new", "count"}));
+    PDSERVE_ASSIGN_OR_RETURN(std::string o, StrArg(name, a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(std::string n, StrArg(name, a[1]));
+    PDSERVE_ASSIGN_OR_RETURN(int64_t count, IntArg(name, a[2], -1));
     return Value::String(PyReplace(s, o, n, count));
   }
   if (name == "lower" || name == "upper" || name == "title" ||
       name == "capitalize") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({}));
     (void)a;
     return Value::String(name == "lower"   ? AsciiLower(s)
                          : name == "upper" ? AsciiUpper(s)
@@ -193,8 +193,8 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
                                            : PyCapitalize(s));
   }
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"sub"}));
-    PDJ_ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"sub"}));
+    PDSERVE_ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
     if (name == "count") {
       if (sub.empty()) return Value::Int(CodePointLength(s) + 1);
       int64_t n = 0;
@@ -209,9 +209,9 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
     return Value::Int(CodePointLength(absl::string_view(s).substr(0, p)));
   }
   if (name == "join") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"iterable"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"iterable"}));
     if (!a[0].has_value()) return TypeError("join() takes one argument");
-    PDJ_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a[0]));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
@@ -225,8 +225,8 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
   }
   if (name == "format") return StrFormat(s, args);
   if (name == "removeprefix" || name == "removesuffix") {
-    PDJ_ASSIGN_OR_RETURN(auto a, bind({"affix"}));
-    PDJ_ASSIGN_OR_RETURN(std::string x, StrArg(name, a[0]));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, bind({"affix"}));
+    PDSERVE_ASSIGN_OR_RETURN(std::string x, StrArg(name, a[0]));
     absl::string_view v = s;
     if (name == "removeprefix" && v.substr(0, x.size()) == x) v.remove_prefix(x.size());
     if (name == "removesuffix" && x.size() <= v.size() &&
@@ -259,7 +259,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
 
 absl::StatusOr<Value> DictMethod(const ValueDict& d, absl::string_view name,
                                  const CallArgs& args) {
-  PDJ_ASSIGN_OR_RETURN(
+  PDSERVE_ASSIGN_OR_RETURN(
       auto a, BindArgs(absl::StrCat("dict.", name), args,
                        name == "get" ? std::vector<std::string>{"key", "default"}
                                      : std::vector<std::string>{}));
@@ -286,7 +286,7 @@ absl::StatusOr<Value> DictMethod(const ValueDict& d, absl::string_view name,
 absl::StatusOr<Value> ListMethod(const ValueList& l, absl::string_view name,
                                  const CallArgs& args) {
   if (name == "index" || name == "count") {
-    PDJ_ASSIGN_OR_RETURN(auto a, BindArgs(absl::StrCat("list.", name), args, {"value"}));
+    PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs(absl::StrCat("list.", name), args, {"value"}));
     if (!a[0].has_value()) return TypeError(absl::StrCat(name, "() takes one argument"));
     int64_t count = 0;
     for (size_t i = 0; i < l.items.size(); ++i) {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/chat/jinja/builtins.h"
 #include "server/chat/jinja/parser_internal.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve::jinja {
 namespace internal {
@@ -16,7 +16,7 @@ namespace internal {
 absl::StatusOr<Body> Parser::ParseBody(const std::vector<std::string>& end_tags,
                                        std::string* end_found) {
   DepthGuard guard(&depth_);
-  PDJ_RETURN_IF_ERROR(CheckDepth());
+  PDSERVE_RETURN_IF_ERROR(CheckDepth());
   Body body;
   while (true) {
     const Token& t = Cur();
@@ -42,7 +42,7 @@ absl::StatusOr<Body> Parser::ParseBody(const std::vector<std::string>& end_tags,
         auto n = std::make_unique<Node>();
         n->kind = Node::Kind::kOutput;
         n->offset = offset;
-        PDJ_ASSIGN_OR_RETURN(n->expr, ParseTuple(true));
+        PDSERVE_ASSIGN_OR_RETURN(n->expr, ParseTuple(true));
         if (Cur().type != T::kVarEnd) return Unexpected("'}}'");
         ++pos_;
         body.push_back(std::move(n));
@@ -59,7 +59,7 @@ absl::StatusOr<Body> Parser::ParseBody(const std::vector<std::string>& end_tags,
             }
           }
         }
-        PDJ_RETURN_IF_ERROR(ParseStatement(&body));
+        PDSERVE_RETURN_IF_ERROR(ParseStatement(&body));
         break;
       }
       default:
@@ -75,30 +75,30 @@ absl::Status Parser::ParseStatement(Body* body) {
   std::string name = toks_[pos_++].text;
   NodePtr node;
   if (name == "if") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseIf(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseIf(offset));
   } else if (name == "for") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseFor(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseFor(offset));
   } else if (name == "set") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseSet(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseSet(offset));
   } else if (name == "macro") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseMacro(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseMacro(offset));
   } else if (name == "filter") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseFilterBlock(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseFilterBlock(offset));
   } else if (name == "with") {
-    PDJ_ASSIGN_OR_RETURN(node, ParseWith(offset));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParseWith(offset));
   } else if (name == "generation") {
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
     node = std::make_unique<Node>();
     node->kind = Node::Kind::kScope;
     node->offset = offset;
-    PDJ_ASSIGN_OR_RETURN(Body b, ParseBody({"endgeneration"}, nullptr));
+    PDSERVE_ASSIGN_OR_RETURN(Body b, ParseBody({"endgeneration"}, nullptr));
     node->bodies.push_back(std::move(b));
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   } else if (name == "break" || name == "continue") {
     if (loop_depth_ == 0) {
       return Error(offset, absl::StrCat("'{% ", name, " %}' outside of a for loop"));
     }
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
     node = std::make_unique<Node>();
     node->kind = name == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
     node->offset = offset;
@@ -116,19 +116,19 @@ absl::StatusOr<NodePtr> Parser::ParseIf(int offset) {
   node->kind = Node::Kind::kIf;
   node->offset = offset;
   while (true) {
-    PDJ_ASSIGN_OR_RETURN(ExprPtr cond, ParseTuple(true));
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr cond, ParseTuple(true));
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
     node->conds.push_back(std::move(cond));
     std::string end;
-    PDJ_ASSIGN_OR_RETURN(Body b, ParseBody({"elif", "else", "endif"}, &end));
+    PDSERVE_ASSIGN_OR_RETURN(Body b, ParseBody({"elif", "else", "endif"}, &end));
     node->bodies.push_back(std::move(b));
     if (end == "elif") continue;
     if (end == "else") {
-      PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
-      PDJ_ASSIGN_OR_RETURN(Body e, ParseBody({"endif"}, nullptr));
+      PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
+      PDSERVE_ASSIGN_OR_RETURN(Body e, ParseBody({"endif"}, nullptr));
       node->bodies.push_back(std::move(e));
     }
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
     return node;
   }
 }
@@ -138,13 +138,13 @@ absl::StatusOr<std::vector<std::string>> Parser::ParseTargets() {
   bool paren = IsOp("(");
   if (paren) ++pos_;
   while (true) {
-    PDJ_ASSIGN_OR_RETURN(std::string n, ExpectName());
+    PDSERVE_ASSIGN_OR_RETURN(std::string n, ExpectName());
     names.push_back(n);
     if (!IsOp(",")) break;
     ++pos_;
     if (paren && IsOp(")")) break;
   }
-  if (paren) PDJ_RETURN_IF_ERROR(ExpectOp(")"));
+  if (paren) PDSERVE_RETURN_IF_ERROR(ExpectOp(")"));
   return names;
 }
 
@@ -152,19 +152,19 @@ absl::StatusOr<NodePtr> Parser::ParseFor(int offset) {
   auto node = std::make_unique<Node>();
   node->kind = Node::Kind::kFor;
   node->offset = offset;
-  PDJ_ASSIGN_OR_RETURN(node->targets, ParseTargets());
+  PDSERVE_ASSIGN_OR_RETURN(node->targets, ParseTargets());
   if (!IsName("in")) return Unexpected("'in'");
   ++pos_;
-  PDJ_ASSIGN_OR_RETURN(node->expr, ParseTuple(false));
+  PDSERVE_ASSIGN_OR_RETURN(node->expr, ParseTuple(false));
   if (IsName("if")) {
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpression());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpression());
     node->conds.push_back(std::move(cond));
   }
   if (IsName("recursive")) {
     return Error(Cur().offset, "unsupported construct: recursive for loops");
   }
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   ++loop_depth_;
   std::string end;
   absl::StatusOr<Body> b = ParseBody({"else", "endfor"}, &end);
@@ -172,11 +172,11 @@ absl::StatusOr<NodePtr> Parser::ParseFor(int offset) {
   if (!b.ok()) return b.status();
   node->bodies.push_back(*std::move(b));
   if (end == "else") {
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
-    PDJ_ASSIGN_OR_RETURN(Body e, ParseBody({"endfor"}, nullptr));
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_ASSIGN_OR_RETURN(Body e, ParseBody({"endfor"}, nullptr));
     node->bodies.push_back(std::move(e));
   }
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   return node;
 }
 
@@ -186,15 +186,15 @@ absl::StatusOr<NodePtr> Parser::ParseSet(int offset) {
   if (Cur().type == T::kName && Peek().type == T::kOp && Peek().text == ".") {
     node->targets.push_back(toks_[pos_].text);
     pos_ += 2;
-    PDJ_ASSIGN_OR_RETURN(node->attr, ExpectName());
+    PDSERVE_ASSIGN_OR_RETURN(node->attr, ExpectName());
   } else {
-    PDJ_ASSIGN_OR_RETURN(node->targets, ParseTargets());
+    PDSERVE_ASSIGN_OR_RETURN(node->targets, ParseTargets());
   }
   if (IsOp("=")) {
     ++pos_;
     node->kind = Node::Kind::kSet;
-    PDJ_ASSIGN_OR_RETURN(node->expr, ParseTuple(true));
-    PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+    PDSERVE_ASSIGN_OR_RETURN(node->expr, ParseTuple(true));
+    PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
     return node;
   }
   if (node->targets.size() != 1 || !node->attr.empty()) {
@@ -203,35 +203,35 @@ absl::StatusOr<NodePtr> Parser::ParseSet(int offset) {
   node->kind = Node::Kind::kSetBlock;
   while (IsOp("|")) {
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr f, ParseFilterChainItem(nullptr));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr f, ParseFilterChainItem(nullptr));
     node->filters.push_back(std::move(f));
   }
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
-  PDJ_ASSIGN_OR_RETURN(Body b, ParseBody({"endset"}, nullptr));
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_ASSIGN_OR_RETURN(Body b, ParseBody({"endset"}, nullptr));
   node->bodies.push_back(std::move(b));
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   return node;
 }
 
 absl::StatusOr<NodePtr> Parser::ParseMacro(int offset) {
   auto def = std::make_unique<MacroDef>();
   def->offset = offset;
-  PDJ_ASSIGN_OR_RETURN(def->name, ExpectName());
-  PDJ_RETURN_IF_ERROR(ExpectOp("("));
+  PDSERVE_ASSIGN_OR_RETURN(def->name, ExpectName());
+  PDSERVE_RETURN_IF_ERROR(ExpectOp("("));
   while (!IsOp(")")) {
-    if (!def->params.empty()) PDJ_RETURN_IF_ERROR(ExpectOp(","));
+    if (!def->params.empty()) PDSERVE_RETURN_IF_ERROR(ExpectOp(","));
     if (IsOp(")")) break;
-    PDJ_ASSIGN_OR_RETURN(std::string p, ExpectName());
+    PDSERVE_ASSIGN_OR_RETURN(std::string p, ExpectName());
     def->params.push_back(p);
     ExprPtr dflt;
     if (IsOp("=")) {
       ++pos_;
-      PDJ_ASSIGN_OR_RETURN(dflt, ParseExpression());
+      PDSERVE_ASSIGN_OR_RETURN(dflt, ParseExpression());
     }
     def->defaults.push_back(std::move(dflt));
   }
   ++pos_;
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   int saved_loop = loop_depth_;
   loop_depth_ = 0;
   absl::StatusOr<Body> b = ParseBody({"endmacro"}, nullptr);
@@ -239,7 +239,7 @@ absl::StatusOr<NodePtr> Parser::ParseMacro(int offset) {
   if (!b.ok()) return b.status();
   def->body = *std::move(b);
   if (Cur().type == T::kName && Cur().text == def->name) ++pos_;
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   macros_.insert(def->name);
   auto node = std::make_unique<Node>();
   node->kind = Node::Kind::kMacro;
@@ -250,14 +250,14 @@ absl::StatusOr<NodePtr> Parser::ParseMacro(int offset) {
 
 absl::StatusOr<ExprPtr> Parser::ParseFilterChainItem(ExprPtr input) {
   int offset = Cur().offset;
-  PDJ_ASSIGN_OR_RETURN(std::string name, ExpectName());
+  PDSERVE_ASSIGN_OR_RETURN(std::string name, ExpectName());
   if (!IsKnownFilter(name)) {
     return Error(offset, absl::StrCat("unsupported construct: filter '", name, "'"));
   }
   auto f = MakeExpr(Expr::Kind::kFilter, offset);
   f->name = name;
   f->args.push_back(std::move(input));
-  if (IsOp("(")) PDJ_RETURN_IF_ERROR(ParseCallArgs(f.get()));
+  if (IsOp("(")) PDSERVE_RETURN_IF_ERROR(ParseCallArgs(f.get()));
   return f;
 }
 
@@ -266,15 +266,15 @@ absl::StatusOr<NodePtr> Parser::ParseFilterBlock(int offset) {
   node->kind = Node::Kind::kFilterBlock;
   node->offset = offset;
   while (true) {
-    PDJ_ASSIGN_OR_RETURN(ExprPtr f, ParseFilterChainItem(nullptr));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr f, ParseFilterChainItem(nullptr));
     node->filters.push_back(std::move(f));
     if (!IsOp("|")) break;
     ++pos_;
   }
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
-  PDJ_ASSIGN_OR_RETURN(Body b, ParseBody({"endfilter"}, nullptr));
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_ASSIGN_OR_RETURN(Body b, ParseBody({"endfilter"}, nullptr));
   node->bodies.push_back(std::move(b));
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   return node;
 }
 
@@ -283,17 +283,17 @@ absl::StatusOr<NodePtr> Parser::ParseWith(int offset) {
   node->kind = Node::Kind::kScope;
   node->offset = offset;
   while (Cur().type != T::kBlockEnd) {
-    if (!node->targets.empty()) PDJ_RETURN_IF_ERROR(ExpectOp(","));
-    PDJ_ASSIGN_OR_RETURN(std::string n, ExpectName());
-    PDJ_RETURN_IF_ERROR(ExpectOp("="));
-    PDJ_ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
+    if (!node->targets.empty()) PDSERVE_RETURN_IF_ERROR(ExpectOp(","));
+    PDSERVE_ASSIGN_OR_RETURN(std::string n, ExpectName());
+    PDSERVE_RETURN_IF_ERROR(ExpectOp("="));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
     node->targets.push_back(n);
     node->conds.push_back(std::move(v));
   }
   ++pos_;
-  PDJ_ASSIGN_OR_RETURN(Body b, ParseBody({"endwith"}, nullptr));
+  PDSERVE_ASSIGN_OR_RETURN(Body b, ParseBody({"endwith"}, nullptr));
   node->bodies.push_back(std::move(b));
-  PDJ_RETURN_IF_ERROR(ExpectBlockEnd());
+  PDSERVE_RETURN_IF_ERROR(ExpectBlockEnd());
   return node;
 }
 
@@ -315,9 +315,9 @@ absl::StatusOr<std::unique_ptr<ParsedTemplate>> ParseTemplate(
     absl::string_view source) {
   auto parsed = std::make_unique<ParsedTemplate>();
   parsed->source = NormalizeTemplateSource(source);
-  PDJ_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(parsed->source));
+  PDSERVE_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(parsed->source));
   internal::Parser parser(parsed->source, std::move(tokens));
-  PDJ_ASSIGN_OR_RETURN(parsed->body, parser.ParseRoot());
+  PDSERVE_ASSIGN_OR_RETURN(parsed->body, parser.ParseRoot());
   return parsed;
 }
 

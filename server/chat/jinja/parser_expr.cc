@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/chat/jinja/builtins.h"
 #include "server/chat/jinja/parser_internal.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve::jinja::internal {
 
@@ -26,7 +26,7 @@ absl::StatusOr<ExprPtr> Parser::ParseTuple(bool with_condexpr) {
         IsName("recursive")) {
       break;
     }
-    PDJ_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression(with_condexpr));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression(with_condexpr));
     items.push_back(std::move(e));
   }
   if (!is_tuple) {
@@ -40,20 +40,20 @@ absl::StatusOr<ExprPtr> Parser::ParseTuple(bool with_condexpr) {
 
 absl::StatusOr<ExprPtr> Parser::ParseExpression(bool with_condexpr) {
   DepthGuard guard(&depth_);
-  PDJ_RETURN_IF_ERROR(CheckDepth());
-  PDJ_ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
+  PDSERVE_RETURN_IF_ERROR(CheckDepth());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
   if (!with_condexpr) return expr;
   DepthRestore restore(&depth_);
   while (IsName("if")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     int offset = Cur().offset;
     ++pos_;
     auto cond = MakeExpr(Expr::Kind::kCondExpr, offset);
-    PDJ_ASSIGN_OR_RETURN(ExprPtr test, ParseOr());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr test, ParseOr());
     ExprPtr otherwise;
     if (IsName("else")) {
       ++pos_;
-      PDJ_ASSIGN_OR_RETURN(otherwise, ParseExpression());
+      PDSERVE_ASSIGN_OR_RETURN(otherwise, ParseExpression());
     }
     cond->args.push_back(std::move(expr));
     cond->args.push_back(std::move(test));
@@ -65,12 +65,12 @@ absl::StatusOr<ExprPtr> Parser::ParseExpression(bool with_condexpr) {
 
 absl::StatusOr<ExprPtr> Parser::ParseOr() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
   while (IsName("or")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kOr, Cur().offset);
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -80,12 +80,12 @@ absl::StatusOr<ExprPtr> Parser::ParseOr() {
 
 absl::StatusOr<ExprPtr> Parser::ParseAnd() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
   while (IsName("and")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kAnd, Cur().offset);
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -95,11 +95,11 @@ absl::StatusOr<ExprPtr> Parser::ParseAnd() {
 
 absl::StatusOr<ExprPtr> Parser::ParseNot() {
   DepthGuard guard(&depth_);
-  PDJ_RETURN_IF_ERROR(CheckDepth());
+  PDSERVE_RETURN_IF_ERROR(CheckDepth());
   if (IsName("not")) {
     auto e = MakeExpr(Expr::Kind::kNot, Cur().offset);
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr inner, ParseNot());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr inner, ParseNot());
     e->args.push_back(std::move(inner));
     return e;
   }
@@ -108,12 +108,12 @@ absl::StatusOr<ExprPtr> Parser::ParseNot() {
 
 absl::StatusOr<ExprPtr> Parser::ParseCompare() {
   int offset = Cur().offset;
-  PDJ_ASSIGN_OR_RETURN(ExprPtr first, ParseMath1());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr first, ParseMath1());
   auto cmp = MakeExpr(Expr::Kind::kCompare, offset);
   cmp->args.push_back(std::move(first));
   DepthRestore restore(&depth_);
   while (true) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     std::string op;
     if (Cur().type == T::kOp && (Cur().text == "==" || Cur().text == "!=" ||
                                  Cur().text == "<" || Cur().text == "<=" ||
@@ -129,7 +129,7 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare() {
     } else {
       break;
     }
-    PDJ_ASSIGN_OR_RETURN(ExprPtr rhs, ParseMath1());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseMath1());
     cmp->ops.push_back(op);
     cmp->args.push_back(std::move(rhs));
   }
@@ -139,12 +139,12 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare() {
 
 absl::StatusOr<ExprPtr> Parser::ParseMath1() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
   while (IsOp("+") || IsOp("-")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kBinary, Cur().offset);
     e->name = toks_[pos_++].text;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -154,12 +154,12 @@ absl::StatusOr<ExprPtr> Parser::ParseMath1() {
 
 absl::StatusOr<ExprPtr> Parser::ParseConcat() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParseMath2());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParseMath2());
   while (IsOp("~")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kBinary, Cur().offset);
     e->name = toks_[pos_++].text;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParseMath2());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParseMath2());
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -169,12 +169,12 @@ absl::StatusOr<ExprPtr> Parser::ParseConcat() {
 
 absl::StatusOr<ExprPtr> Parser::ParseMath2() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
   while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kBinary, Cur().offset);
     e->name = toks_[pos_++].text;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -184,12 +184,12 @@ absl::StatusOr<ExprPtr> Parser::ParseMath2() {
 
 absl::StatusOr<ExprPtr> Parser::ParsePow() {
   DepthRestore restore(&depth_);
-  PDJ_ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(true));
+  PDSERVE_ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(true));
   while (IsOp("**")) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     auto e = MakeExpr(Expr::Kind::kBinary, Cur().offset);
     e->name = toks_[pos_++].text;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     left = std::move(e);
@@ -199,16 +199,16 @@ absl::StatusOr<ExprPtr> Parser::ParsePow() {
 
 absl::StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {
   DepthGuard guard(&depth_);
-  PDJ_RETURN_IF_ERROR(CheckDepth());
+  PDSERVE_RETURN_IF_ERROR(CheckDepth());
   ExprPtr node;
   if (IsOp("-") || IsOp("+")) {
     node = MakeExpr(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur().offset);
     ++pos_;
-    PDJ_ASSIGN_OR_RETURN(ExprPtr inner, ParseUnary(false));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr inner, ParseUnary(false));
     node->args.push_back(std::move(inner));
   } else {
-    PDJ_ASSIGN_OR_RETURN(node, ParsePrimary());
-    PDJ_ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
+    PDSERVE_ASSIGN_OR_RETURN(node, ParsePrimary());
+    PDSERVE_ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
   }
   if (with_filter) return ParseFilterExpr(std::move(node));
   return node;
@@ -262,8 +262,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
       ++pos_;
       return MakeExpr(Expr::Kind::kTuple, offset);
     }
-    PDJ_ASSIGN_OR_RETURN(ExprPtr inner, ParseTuple(true));
-    PDJ_RETURN_IF_ERROR(ExpectOp(")"));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr inner, ParseTuple(true));
+    PDSERVE_RETURN_IF_ERROR(ExpectOp(")"));
     return inner;
   }
   if (IsOp("[") || IsOp("{")) {
@@ -273,14 +273,14 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
     const char* close = dict ? "}" : "]";
     while (!IsOp(close)) {
       if (!e->args.empty()) {
-        PDJ_RETURN_IF_ERROR(ExpectOp(","));
+        PDSERVE_RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp(close)) break;
       }
-      PDJ_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+      PDSERVE_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
       e->args.push_back(std::move(item));
       if (dict) {
-        PDJ_RETURN_IF_ERROR(ExpectOp(":"));
-        PDJ_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        PDSERVE_RETURN_IF_ERROR(ExpectOp(":"));
+        PDSERVE_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
         e->args.push_back(std::move(value));
       }
     }
@@ -293,16 +293,16 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
 absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
   DepthRestore restore(&depth_);
   while (true) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     if (IsOp(".") || IsOp("[")) {
-      PDJ_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
+      PDSERVE_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
     } else if (IsOp("(")) {
       int offset = Cur().offset;
       if (node->kind == Expr::Kind::kName) {
         auto call = MakeExpr(Expr::Kind::kCall, offset);
         call->name = node->name;
         calls_.emplace_back(node->name, node->offset);
-        PDJ_RETURN_IF_ERROR(ParseCallArgs(call.get()));
+        PDSERVE_RETURN_IF_ERROR(ParseCallArgs(call.get()));
         node = std::move(call);
       } else if (node->kind == Expr::Kind::kGetAttr) {
         if (!IsKnownMethod(node->name)) {
@@ -312,7 +312,7 @@ absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
         auto call = MakeExpr(Expr::Kind::kMethodCall, node->offset);
         call->name = node->name;
         call->args.push_back(std::move(node->args[0]));
-        PDJ_RETURN_IF_ERROR(ParseCallArgs(call.get()));
+        PDSERVE_RETURN_IF_ERROR(ParseCallArgs(call.get()));
         node = std::move(call);
       } else {
         return Error(offset, "unsupported construct: calling this kind of expression");
@@ -353,18 +353,18 @@ absl::StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
       parts.push_back(nullptr);
       return absl::OkStatus();
     }
-    PDJ_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression());
     parts.push_back(std::move(e));
     return absl::OkStatus();
   };
-  PDJ_RETURN_IF_ERROR(parse_part());
+  PDSERVE_RETURN_IF_ERROR(parse_part());
   for (int i = 0; i < 2 && IsOp(":"); ++i) {
     ++pos_;
     slice = true;
-    PDJ_RETURN_IF_ERROR(parse_part());
+    PDSERVE_RETURN_IF_ERROR(parse_part());
   }
   if (IsOp(",")) return Error(Cur().offset, "unsupported construct: tuple subscript");
-  PDJ_RETURN_IF_ERROR(ExpectOp("]"));
+  PDSERVE_RETURN_IF_ERROR(ExpectOp("]"));
   ExprPtr e;
   if (slice) {
     e = MakeExpr(Expr::Kind::kSlice, offset);
@@ -381,11 +381,11 @@ absl::StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
 }
 
 absl::Status Parser::ParseCallArgs(Expr* call) {
-  PDJ_RETURN_IF_ERROR(ExpectOp("("));
+  PDSERVE_RETURN_IF_ERROR(ExpectOp("("));
   bool first = true;
   while (!IsOp(")")) {
     if (!first) {
-      PDJ_RETURN_IF_ERROR(ExpectOp(","));
+      PDSERVE_RETURN_IF_ERROR(ExpectOp(","));
       if (IsOp(")")) break;
     }
     first = false;
@@ -398,7 +398,7 @@ absl::Status Parser::ParseCallArgs(Expr* call) {
     } else if (!call->kwarg_names.empty()) {
       return Error(Cur().offset, "positional argument after keyword argument");
     }
-    PDJ_ASSIGN_OR_RETURN(ExprPtr arg, ParseExpression());
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr arg, ParseExpression());
     call->args.push_back(std::move(arg));
   }
   ++pos_;
@@ -413,20 +413,20 @@ absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
     ++pos_;
   }
   int name_offset = Cur().offset;
-  PDJ_ASSIGN_OR_RETURN(e->name, ExpectName());
+  PDSERVE_ASSIGN_OR_RETURN(e->name, ExpectName());
   if (!IsKnownTest(e->name)) {
     return Error(name_offset, absl::StrCat("unsupported construct: test '", e->name, "'"));
   }
   e->args.push_back(std::move(node));
   if (IsOp("(")) {
-    PDJ_RETURN_IF_ERROR(ParseCallArgs(e.get()));
+    PDSERVE_RETURN_IF_ERROR(ParseCallArgs(e.get()));
   } else if ((Cur().type == T::kName || Cur().type == T::kString ||
               Cur().type == T::kInt || Cur().type == T::kFloat || IsOp("(") ||
               IsOp("[") || IsOp("{")) &&
              !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Error(Cur().offset, "cannot chain multiple tests with 'is'");
-    PDJ_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
-    PDJ_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
+    PDSERVE_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
+    PDSERVE_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
     e->args.push_back(std::move(arg));
   }
   return e;
@@ -435,12 +435,12 @@ absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
 absl::StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
   DepthRestore restore(&depth_);
   while (true) {
-    PDJ_RETURN_IF_ERROR(Deepen());
+    PDSERVE_RETURN_IF_ERROR(Deepen());
     if (IsOp("|")) {
       ++pos_;
-      PDJ_ASSIGN_OR_RETURN(node, ParseFilterChainItem(std::move(node)));
+      PDSERVE_ASSIGN_OR_RETURN(node, ParseFilterChainItem(std::move(node)));
     } else if (IsName("is")) {
-      PDJ_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
+      PDSERVE_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
     } else if (IsOp("(")) {
       return Error(Cur().offset, "unsupported construct: calling a filter or test result");
     } else {

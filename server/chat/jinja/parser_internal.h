@@ -15,7 +15,7 @@
 #include "server/chat/jinja/ast.h"
 #include "server/chat/jinja/lexer.h"
 #include "server/chat/jinja/parser.h"
-#include "server/chat/jinja/status_macros.h"
+#include "common/status_macros.h"
 
 namespace pdserve::jinja::internal {
 
@@ -34,7 +34,7 @@ class Parser {
       : src_(source), toks_(std::move(tokens)) {}
 
   absl::StatusOr<Body> ParseRoot() {
-    PDJ_ASSIGN_OR_RETURN(Body body, ParseBody({}, nullptr));
+    PDSERVE_ASSIGN_OR_RETURN(Body body, ParseBody({}, nullptr));
     for (const auto& [name, offset] : calls_) {
       if (!IsKnownGlobalFunction(name) && !macros_.contains(name)) {
         return Error(offset, absl::StrCat("unsupported construct: call of unknown function '",

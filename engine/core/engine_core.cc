@@ -1,4 +1,4 @@
-#include "engine/kv/engine_core.h"
+#include "engine/core/engine_core.h"
 
 #include <algorithm>
 #include <chrono>

@@ -22,8 +22,8 @@
 //   Release(id)                                 forgets it; for a running
 //                                               sequence (cancel) its pages
 //                                               are freed at once.
-#ifndef PDSERVE_ENGINE_KV_ENGINE_CORE_H_
-#define PDSERVE_ENGINE_KV_ENGINE_CORE_H_
+#ifndef PDSERVE_ENGINE_CORE_ENGINE_CORE_H_
+#define PDSERVE_ENGINE_CORE_ENGINE_CORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -217,4 +217,4 @@ class EngineCore {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_ENGINE_KV_ENGINE_CORE_H_
+#endif  // PDSERVE_ENGINE_CORE_ENGINE_CORE_H_
