@@ -69,7 +69,8 @@ async def stream_chat(port, model, max_tokens, timeout=600):
         "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
         "stream": True}).encode()
     t0 = time.perf_counter()
-    out = {"status": None, "ttft": None, "gaps": [], "tokens": 0, "done": False}
+    out = {"status": None, "ttft": None, "gaps": [], "tokens": 0, "done": False,
+           "times": []}
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection("127.0.0.1", port), timeout)
@@ -107,6 +108,7 @@ async def stream_chat(port, model, max_tokens, timeout=600):
                     else:
                         out["gaps"].append(now - last)
                     last = now
+                    out["times"].append(now)
                     out["tokens"] += 1
     except (OSError, asyncio.TimeoutError, ValueError, IndexError) as e:
         out["error"] = f"{type(e).__name__}: {e}"
@@ -124,11 +126,30 @@ async def wave(port, model, concurrency, max_tokens):
     tokens = sum(r["tokens"] for r in ok)
     ttfts = [r["ttft"] for r in ok if r["ttft"] is not None]
     gaps = [g for r in ok for g in r["gaps"]]
+    steady = steady_rate(ok)
     return {"concurrency": concurrency, "completed": len(ok),
             "failed": len(results) - len(ok), "tokens": tokens,
             "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 2),
             "ttft_p50_ms": ms(pct(ttfts, 50)), "ttft_p99_ms": ms(pct(ttfts, 99)),
-            "itl_p50_ms": ms(pct(gaps, 50)), "itl_p99_ms": ms(pct(gaps, 99))}
+            "itl_p50_ms": ms(pct(gaps, 50)), "itl_p99_ms": ms(pct(gaps, 99)),
+            "steady_tok_s": steady}
+
+
+def steady_rate(streams):
+    """Tokens per second while every stream of the wave is decoding: the
+    window from the last stream's first token to the first stream's last
+    token, counting every token of every stream that arrives inside it (the
+    same quantity engine_decode_bench reports, decode at a full batch, with
+    the prefill wave and the tail excluded)."""
+    live = [r["times"] for r in streams if len(r["times"]) >= 2]
+    if len(live) < len(streams) or not live:
+        return None
+    start = max(t[0] for t in live)
+    end = min(t[-1] for t in live)
+    if end - start <= 0:
+        return None
+    inside = sum(1 for t in live for x in t if start < x <= end)
+    return round(inside / (end - start), 2)
 
 
 def ms(s):
@@ -327,6 +348,8 @@ def main():
             "itl_p50_vs": ratio(ours["itl_p50_ms"], peer.get("itl_p50_ms")),
             "itl_p99_vs": ratio(ours["itl_p99_ms"], peer.get("itl_p99_ms")),
             "tok_s_vs_engine_b16": ratio(ours["tok_s"], eng) if c == 16 else None,
+            "steady_tok_s_vs_engine_b16":
+                ratio(ours.get("steady_tok_s"), eng) if c == 16 else None,
         })
     report["ratios"] = rows
     report["loadavg_end"] = os.getloadavg()
