@@ -489,16 +489,52 @@ def print_table(report):
             v = [r["engines"].get(e, {}).get("tok_s", {}).get(n) for e in ENGINES]
             p(f"    {n:3d} seqs: {' / '.join(fmt(x, '.1f') for x in v)}   "
               f"{fmt(r['ratio'].get(str(n)))} ({r['best_peer'].get(str(n), '-')})")
+    for e, by_t in report.get("decode_overhead_fit", {}).items():
+        for t, f in by_t.items():
+            p(f"decode time vs bytes, {e} threads={t}: intercept "
+              f"{f['intercept_us']:.0f} us/token, streaming "
+              f"{fmt(f['streaming_gb_s'], '.1f')} GB/s ({f['points']} cells)")
     for t, pr in report["probes"].items():
         p(f"probe threads={t}: read {pr['read_gb_s']:.1f} GB/s, fp32 FMA "
           f"{pr['fp32_fma_gflops']:.0f} GFLOP/s, int8 {pr['int8_gops']:.0f} GOP/s")
     p(f"elapsed {report['elapsed_s'] / 60:.1f} min")
 
 
+def decode_overhead_fit(cells):
+    """Per engine and thread count, a least-squares line through the short
+    cells' decode time per token against the bytes it reads: the intercept is
+    the fixed per-token cost (thread-pool regions, norms, sampling, ...), the
+    slope's inverse the bandwidth the kernels stream at."""
+    pts = {}
+    for r in cells:
+        if not r["cell"].startswith("short:"):
+            continue
+        for e, v in r["engines"].items():
+            b = r["decode_bytes_per_token"].get(e)
+            if v.get("decode_tok_s") and b:
+                pts.setdefault((e, r["threads"]), []).append((b, 1.0 / v["decode_tok_s"]))
+    out = {}
+    for (e, t), xy in sorted(pts.items()):
+        if len({b for b, _ in xy}) < 2:
+            continue
+        n = len(xy)
+        mx = sum(b for b, _ in xy) / n
+        my = sum(s for _, s in xy) / n
+        sxx = sum((b - mx) ** 2 for b, _ in xy)
+        slope = sum((b - mx) * (s - my) for b, s in xy) / sxx
+        icpt = my - slope * mx
+        out.setdefault(e, {})[str(t)] = dict(
+            points=n, intercept_us=icpt * 1e6,
+            streaming_gb_s=(1e-9 / slope) if slope > 0 else None)
+    return out
+
+
 def best_probe(runs):
     out = {}
     for k in ("read_gb_s", "copy_gb_s", "fp32_fma_gflops", "int8_gops"):
         out[k] = max(r[k] for r in runs)
+    if all("fp32_fma256_gflops" in r for r in runs):
+        out["fp32_fma256_gflops"] = max(r["fp32_fma256_gflops"] for r in runs)
     for k in ("int8_vnni_gops", "bf16_gflops"):
         vals = [r[k]["value"] for r in runs if r[k].get("value")]
         out[k] = {"value": max(vals)} if vals else runs[0][k]
@@ -616,6 +652,7 @@ def main():
             else:
                 report["cells"].append(summarize_cell(
                     c, t, res, report["probes"][str(t)], shapes[c["file"]]))
+    report["decode_overhead_fit"] = decode_overhead_fit(report["cells"])
     report["shapes"] = {os.path.basename(f): s for f, s in shapes.items()}
     report["errors"] = errors
     report["elapsed_s"] = time.time() - t_start

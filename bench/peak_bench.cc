@@ -6,14 +6,16 @@
 //                 best of --passes; bytes read / wall time
 //   copy_gb_s     the engine metrics' start-up probe (MeasureHostCopyBandwidth:
 //                 memcpy, bytes read + written), for comparison
-//   fp32_fma_gflops   vfmadd231ps ymm, 10 independent chains per thread
+//   fp32_fma_gflops   the better of fp32_fma256_gflops (vfmadd231ps ymm, 10
+//                 independent chains per thread) and fp32_fma512_gflops
+//                 (zmm, 16 chains, when the CPU has AVX-512F)
 //   int8_gops     AVX2 int8 dot step of the quantized kernels: vpmaddubsw
 //                 (u8 x s8 -> s16 pairs) + vpmaddwd (-> s32) + vpaddd; ops =
 //                 2 x 32 multiply-adds per vpmaddubsw
-//   int8_vnni_gops    vpdpbusd (AVX512-VNNI zmm or AVX-VNNI ymm) when the
-//                 CPU has it; 2 x 4 x lanes ops per instruction
-//   bf16_gflops   vdpbf16ps zmm (AVX512-BF16) when the CPU has it; 2 x 32
-//                 flops per instruction
+//   int8_vnni_gops    vpdpbusd (AVX512-VNNI zmm, 16 chains, or AVX-VNNI ymm)
+//                 when the CPU has it; 2 x 4 x lanes ops per instruction
+//   bf16_gflops   vdpbf16ps zmm (AVX512-BF16, 16 chains) when the CPU has
+//                 it; 2 x 32 flops per instruction
 // Absent ISAs are reported as null with the reason.
 //
 //   peak_bench [--threads 1,2] [--read-mib 1024] [--passes 5] [--ms 300]
@@ -73,6 +75,7 @@ double RunParallel(int threads, const std::function<void(int)>& fn) {
 // compiler from hoisting or folding the loop-invariant operations.
 #define PB_X8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #define PB_X10(M) PB_X8(M) M(8) M(9)
+#define PB_X16(M) PB_X10(M) M(10) M(11) M(12) M(13) M(14) M(15)
 
 __attribute__((target("avx2,fma"))) double FmaKernel(int64_t iters) {
 #define PB_DECL(j) __m256 a##j = _mm256_set1_ps(0.001f * j);
@@ -92,6 +95,28 @@ __attribute__((target("avx2,fma"))) double FmaKernel(int64_t iters) {
   volatile float sink = _mm256_cvtss_f32(s);
   (void)sink;
   return iters * 10.0 * 8 * 2;
+}
+
+__attribute__((target("avx512f"))) double Fma512Kernel(int64_t iters) {
+#define PB_DECL(j) __m512 a##j = _mm512_set1_ps(0.001f * j);
+  PB_X16(PB_DECL)
+#undef PB_DECL
+  __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+#define PB_STEP(j) a##j = _mm512_fmadd_ps(a##j, m, c);
+    PB_X16(PB_STEP)
+#undef PB_STEP
+    __asm__ volatile("" : "+v"(m), "+v"(c));
+  }
+  __m512 s = _mm512_setzero_ps();
+#define PB_SUM(j) s = _mm512_add_ps(s, a##j);
+  PB_X16(PB_SUM)
+#undef PB_SUM
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  volatile float sink = lanes[0] + lanes[15];
+  (void)sink;
+  return iters * 16.0 * 16 * 2;
 }
 
 __attribute__((target("avx2"))) double Int8Kernel(int64_t iters) {
@@ -119,24 +144,24 @@ __attribute__((target("avx2"))) double Int8Kernel(int64_t iters) {
 
 __attribute__((target("avx512f,avx512vnni"))) double Vnni512Kernel(int64_t iters) {
 #define PB_DECL(j) __m512i a##j = _mm512_set1_epi32(j);
-  PB_X10(PB_DECL)
+  PB_X16(PB_DECL)
 #undef PB_DECL
   __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
   for (int64_t i = 0; i < iters; ++i) {
 #define PB_STEP(j) a##j = _mm512_dpbusd_epi32(a##j, u, s);
-    PB_X10(PB_STEP)
+    PB_X16(PB_STEP)
 #undef PB_STEP
     __asm__ volatile("" : "+v"(u), "+v"(s));
   }
   __m512i t = _mm512_setzero_si512();
 #define PB_SUM(j) t = _mm512_add_epi32(t, a##j);
-  PB_X10(PB_SUM)
+  PB_X16(PB_SUM)
 #undef PB_SUM
   alignas(64) int lanes[16];
   _mm512_store_si512(lanes, t);
   volatile int sink = lanes[0] + lanes[15];
   (void)sink;
-  return iters * 10.0 * 64 * 2;
+  return iters * 16.0 * 64 * 2;
 }
 
 __attribute__((target("avx2,avxvnni"))) double Vnni256Kernel(int64_t iters) {
@@ -161,24 +186,24 @@ __attribute__((target("avx2,avxvnni"))) double Vnni256Kernel(int64_t iters) {
 
 __attribute__((target("avx512f,avx512bf16"))) double Bf16Kernel(int64_t iters) {
 #define PB_DECL(j) __m512 a##j = _mm512_set1_ps(0.001f * j);
-  PB_X10(PB_DECL)
+  PB_X16(PB_DECL)
 #undef PB_DECL
   __m512i x = _mm512_set1_epi16(0x3f80), y = _mm512_set1_epi16(0x3380);
   for (int64_t i = 0; i < iters; ++i) {
 #define PB_STEP(j) a##j = _mm512_dpbf16_ps(a##j, (__m512bh)x, (__m512bh)y);
-    PB_X10(PB_STEP)
+    PB_X16(PB_STEP)
 #undef PB_STEP
     __asm__ volatile("" : "+v"(x), "+v"(y));
   }
   __m512 t = _mm512_setzero_ps();
 #define PB_SUM(j) t = _mm512_add_ps(t, a##j);
-  PB_X10(PB_SUM)
+  PB_X16(PB_SUM)
 #undef PB_SUM
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, t);
   volatile float sink = lanes[0] + lanes[15];
   (void)sink;
-  return iters * 10.0 * 32 * 2;
+  return iters * 16.0 * 32 * 2;
 }
 
 // Best-of-`reps` giga-ops/s of `kernel` on `threads` threads, each run
@@ -252,6 +277,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "peak_bench needs AVX2 and FMA\n");
     return 1;
   }
+  const bool avx512 = __builtin_cpu_supports("avx512f");
   const bool vnni512 = __builtin_cpu_supports("avx512vnni");
   const bool vnni256 = __builtin_cpu_supports("avxvnni");
   const bool bf16 = __builtin_cpu_supports("avx512bf16");
@@ -266,7 +292,11 @@ int Main(int argc, char** argv) {
     auto copy = metrics::MeasureHostCopyBandwidth(
         {.buffer_bytes = 256 << 20, .reps = passes, .threads = t});
     r["copy_gb_s"] = copy.ok() ? copy->bytes_per_second * 1e-9 : 0.0;
-    r["fp32_fma_gflops"] = PeakGops(t, ms, 3, FmaKernel);
+    r["fp32_fma256_gflops"] = PeakGops(t, ms, 3, FmaKernel);
+    r["fp32_fma512_gflops"] = Optional(avx512, "no AVX-512F", t, ms, Fma512Kernel);
+    r["fp32_fma_gflops"] = std::max(
+        r["fp32_fma256_gflops"].get<double>(),
+        avx512 ? r["fp32_fma512_gflops"]["value"].get<double>() : 0.0);
     r["int8_gops"] = PeakGops(t, ms, 3, Int8Kernel);
     r["int8_vnni_gops"] =
         vnni512 ? Optional(true, "", t, ms, Vnni512Kernel)

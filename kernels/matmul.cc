@@ -120,9 +120,9 @@ RowKernels KernelsFor(const IsaKernels& k, const WeightView& w) {
   if (w.packed != nullptr && k.packed != nullptr &&
       w.pack_format == k.packed->format) {
     const PackedKernels& p = *k.packed;
-    return {p.row_tile, p.prepared_bytes, p.prepare, p.rows};
+    return {p.row_tile, p.prepared_bytes, p.prepare, p.rows, p.needs_prepare};
   }
-  return {k.row_tile, k.prepared_bytes, k.prepare, k.rows};
+  return {k.row_tile, k.prepared_bytes, k.prepare, k.rows, &IsQuantizedType};
 }
 
 int64_t PackedWeightBytesWith(const IsaKernels& k, const WeightView& w) {
@@ -148,13 +148,13 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
 #if defined(__x86_64__) && defined(PDSERVE_HAVE_X86_KERNELS)
   // The calling thread's GEMM buffer grows here, on the first call with a
   // new width, rather than inside a range it happens to run later.
-  if (&k == &Avx512Kernels() && !IsQuantized(w.type) &&
+  if (&k == &Avx512Kernels() && rk.rows == k.rows && !IsQuantized(w.type) &&
       avx512::FloatGemmTokens(n_tokens) > 0) {
     avx512::ReserveGemmBuffer(w.cols);
   }
 #endif
   MatMulArgs args{&w, x, x_stride, nullptr, n_tokens, y, y_stride};
-  if (IsQuantized(w.type) && w.cols > 0) {
+  if (rk.needs_prepare(w.type) && w.cols > 0) {
     uint8_t* xq = Scratch(rk.prepared_bytes(w.type, w.cols, n_tokens));
     // Quantizing one token costs about as much as a few rows of the product;
     // only fan out when there are enough tokens to pay for the wake-up, and

@@ -15,6 +15,9 @@ enum class PackFormat : int32_t {
   kNone = 0,
   // AVX2: rows interleaved in groups of 8 (see matmul_avx2_packed.cc).
   kAvx2Rows8 = 1,
+  // AVX-512: rows interleaved in groups of 16, quantized blocks in VNNI
+  // order (see matmul_avx512_packed.cc).
+  kAvx512Rows16 = 2,
 };
 
 // A read-only view of a row-major weight matrix W[rows][cols] stored as

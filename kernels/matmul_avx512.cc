@@ -570,9 +570,14 @@ float LogSumExp(const float* x, int64_t n) {
 const IsaKernels& Avx512Kernels() {
   // Rows are split between threads in units of the float GEMM's 32-row
   // panels (a multiple of the quantized kernels' row tile).
-  static const IsaKernels k{"avx512", 32,        &PreparedBytes, &Prepare,
-                            &Rows,    &Dot,      &Axpy,          &SwiGlu,
-                            &Softmax, &LogSumExp};
+  // Weights packed at load (Avx512PackedKernels) take BF16 through
+  // vdpbf16ps where the CPU has AVX512-BF16.
+  static const IsaKernels k{"avx512",   32,
+                            &PreparedBytes, &Prepare,
+                            &Rows,      &Dot,
+                            &Axpy,      &SwiGlu,
+                            &Softmax,   &LogSumExp,
+                            &Avx512PackedKernels(CpuHasAvx512Bf16())};
   return k;
 }
 

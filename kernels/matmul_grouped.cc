@@ -51,8 +51,8 @@ Scratch& ThreadScratch() {
 
 bool Active(const MatMulGroup& g) { return g.n_tokens > 0 && g.w.rows > 0; }
 
-bool NeedsPrepare(const MatMulGroup& g) {
-  return Active(g) && IsQuantized(g.w.type) && g.w.cols > 0;
+bool NeedsPrepare(const IsaKernels& k, const MatMulGroup& g) {
+  return Active(g) && g.w.cols > 0 && KernelsFor(k, g.w).needs_prepare(g.w.type);
 }
 
 // Same activations prepared the same way (the packed and row-major kernels
@@ -73,7 +73,7 @@ int64_t PlanPrepare(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
   for (size_t i = 0; i < groups.size(); ++i) {
     const MatMulGroup& g = groups[i];
     s.xq_offset[i] = -1;
-    if (NeedsPrepare(g)) {
+    if (NeedsPrepare(k, g)) {
       if (last >= 0 && SameInput(k, groups[last], g)) {
         s.xq_offset[i] = s.xq_offset[last];
       } else {

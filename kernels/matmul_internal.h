@@ -28,6 +28,7 @@ namespace pdserve::kernels_internal {
 constexpr bool IsQuantized(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
 }
+inline bool IsQuantizedType(DType t) { return IsQuantized(t); }
 
 // Quantizes one block of 32 activations GGML-style (Q8_0 / Q8_1):
 // d = amax / 127, q = round-to-nearest-even(x / d); sum = sum of q.
@@ -79,6 +80,12 @@ struct PackedKernels {
   // Computes y for rows [row_begin, row_end) and all tokens from
   // args.w->packed.
   void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+  // Whether products of `type` read prepared activations (args.xq): the
+  // quantized types, and BF16 where it runs as a bf16 dot.
+  bool (*needs_prepare)(DType type) = &IsQuantizedType;
+  // BF16 products round the activations to bf16 (round to nearest even)
+  // before multiplying (vdpbf16ps); otherwise they use them as f32.
+  bool bf16_activations = false;
 };
 
 // One SIMD level's entry points.
@@ -117,6 +124,7 @@ struct RowKernels {
                   int64_t n_tokens, int64_t t_begin, int64_t t_end,
                   uint8_t* xq);
   void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+  bool (*needs_prepare)(DType type);  // see PackedKernels
 };
 RowKernels KernelsFor(const IsaKernels& k, const WeightView& w);
 
@@ -143,6 +151,12 @@ const IsaKernels& ScalarKernels();
 const IsaKernels& Avx2Kernels();
 const PackedKernels& Avx2PackedKernels();
 const IsaKernels& Avx512Kernels();
+// The AVX-512 packed kernels (PackFormat::kAvx512Rows16); BF16 runs as a
+// bf16 dot (vdpbf16ps) when bf16_dot is set, else widened to f32. Both read
+// the same packed layout; Avx512Kernels() uses the dot where the CPU has
+// AVX512-BF16 (CpuHasAvx512Bf16).
+const PackedKernels& Avx512PackedKernels(bool bf16_dot);
+bool CpuHasAvx512Bf16();
 
 // The kernels MatMul uses (chosen once; honours PDSERVE_ISA).
 const IsaKernels& ActiveKernels();

@@ -1,6 +1,7 @@
 // Weight matrices repacked once, when a CPU forward pass is built, into the
 // layout the active SIMD level's MatMul kernels stream best (PackWeights in
-// kernels/matmul.h: on AVX2, rows interleaved in groups of 8).
+// kernels/matmul.h: on AVX2, rows interleaved in groups of 8; on AVX-512,
+// groups of 16 with quantized blocks in VNNI order).
 #ifndef PDSERVE_ENGINE_MODEL_PACKED_WEIGHTS_H_
 #define PDSERVE_ENGINE_MODEL_PACKED_WEIGHTS_H_
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -77,6 +78,16 @@ inline double ActQuantBound(const TestWeights& w, int64_t r, const float* x) {
   return bound;
 }
 
+// x rounded to bf16 (to nearest, ties to even), as a double.
+inline double RoundToBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
 // Packs w for k (when k packs w's type) into `buffer` and returns the view.
 inline WeightView PackedView(const kernels_internal::IsaKernels& k,
                              const TestWeights& w,
@@ -103,6 +114,8 @@ inline void CheckAgainstReference(const kernels_internal::IsaKernels& k,
   TestWeights w = MakeWeights(type, rows, cols, rows * 31 + cols);
   std::vector<uint8_t> packed;
   if (pack) w.view = PackedView(k, w, packed);
+  const bool bf16_x = type == DType::kBF16 && w.view.packed != nullptr &&
+                      k.packed != nullptr && k.packed->bf16_activations;
   const int64_t x_stride = cols + 3;
   const int64_t y_stride = rows + 5;
   const std::vector<float> x = MakeActivations(n_tokens, x_stride, cols + 7);
@@ -112,8 +125,12 @@ inline void CheckAgainstReference(const kernels_internal::IsaKernels& k,
   MatMulReference(w.view, x.data(), x_stride, n_tokens, ref.data(), y_stride);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = &x[t * x_stride];
-    // The activations as the quantized kernels see them (Q8 blocks).
+    // The activations as the quantized kernels see them (Q8 blocks), or as
+    // bf16 dot kernels do.
     std::vector<double> xhat(cols);
+    if (bf16_x) {
+      for (int64_t i = 0; i < cols; ++i) xhat[i] = RoundToBf16(xt[i]);
+    }
     if (IsQuantized(type)) {
       for (int64_t b = 0; b < cols / 32; ++b) {
         int8_t q[32];
@@ -130,15 +147,18 @@ inline void CheckAgainstReference(const kernels_internal::IsaKernels& k,
       }
       // f32 accumulation error, plus (quantized types) activation rounding.
       double tol = 2e-6 * abs_dot + 1e-6;
+      // BF16 as a bf16 dot: each activation rounded to bf16 moves by at most
+      // 2^-8 of itself (half of its 7-bit mantissa step).
+      if (bf16_x) tol += abs_dot / 256.0;
       if (IsQuantized(type))
         tol += 1.001 * ActQuantBound(w, r, xt) + 1e-5 * abs_dot;
       const float got = y[t * y_stride + r];
       const float want = ref[t * y_stride + r];
       ASSERT_LE(std::fabs(static_cast<double>(got) - want), tol)
           << "t=" << t << " r=" << r << " got " << got << " want " << want;
-      if (IsQuantized(type)) {
-        // Against the exact product with the quantized activations, only f32
-        // rounding (scales, block sums) remains.
+      if (IsQuantized(type) || bf16_x) {
+        // Against the exact product with the quantized (bf16) activations,
+        // only f32 rounding (scales, block sums) remains.
         double exact = 0.0;
         for (int64_t i = 0; i < cols; ++i)
           exact += w.deq[r * cols + i] * xhat[i];
