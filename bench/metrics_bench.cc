@@ -5,11 +5,11 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
-#include "server/metrics/bandwidth_probe.h"
-#include "server/metrics/engine_metrics.h"
-#include "server/metrics/frontend_metrics.h"
-#include "server/metrics/metrics_server.h"
-#include "server/metrics/scheduler_metrics.h"
+#include "common/metrics/bandwidth_probe.h"
+#include "common/metrics/engine_metrics.h"
+#include "common/metrics/frontend_metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "common/metrics/scheduler_metrics.h"
 
 namespace pdserve::metrics {
 namespace {

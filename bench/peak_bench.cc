@@ -41,7 +41,7 @@
 #include "bench/read_probe.h"
 #include "kernels/thread_pool.h"
 #include "nlohmann/json.hpp"
-#include "server/metrics/bandwidth_probe.h"
+#include "common/metrics/bandwidth_probe.h"
 
 namespace pdserve::bench {
 namespace {

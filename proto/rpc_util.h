@@ -1,6 +1,7 @@
 // gRPC plumbing shared by the three pdserve processes: absl::Status <->
 // grpc::Status mapping (one-to-one on codes), server start-up with the
-// standard health service and reflection, and termination-signal handling.
+// standard health service and reflection, loopback channels. (Signals and
+// free ports: common/process/process.h.)
 #ifndef PDSERVE_PROTO_RPC_UTIL_H_
 #define PDSERVE_PROTO_RPC_UTIL_H_
 
@@ -39,13 +40,6 @@ absl::StatusOr<StartedServer> StartServer(
 // Sets the health status of "" and of each named service.
 void SetServing(grpc::Server& server, const std::vector<std::string>& services,
                 bool serving);
-
-// Blocks SIGINT and SIGTERM in the calling thread and every thread created
-// after it (call first thing in main), so WaitForTerminationSignal can take
-// them synchronously.
-void BlockTerminationSignals();
-// Waits for SIGINT or SIGTERM; returns the signal number.
-int WaitForTerminationSignal();
 
 // An insecure channel to host:port with keepalive tuned for loopback
 // (dead peers noticed within about a second).

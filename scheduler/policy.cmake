@@ -1,9 +1,15 @@
-# pdserve_scheduler_policy: the pure policy and the trace simulator built on
-# it (no IO, no clock; the simulator parses trace text handed to it).
+# pdserve_scheduler_policy: the pure scheduling policy (no IO, no clock, no
+# env, no JSON; tests/layering holds it so).
 add_library(pdserve_scheduler_policy STATIC
-  ${CMAKE_CURRENT_SOURCE_DIR}/policy.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/simulator.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/cli_args.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/policy.cc)
 target_link_libraries(pdserve_scheduler_policy PUBLIC
-  absl::status absl::statusor absl::strings absl::str_format absl::span
-  absl::flat_hash_map absl::flat_hash_set nlohmann_json::nlohmann_json)
+  absl::status absl::strings absl::str_format absl::span absl::flat_hash_map
+  absl::flat_hash_set)
+# pdserve_scheduler_simulator: the trace simulator over the policy (parses
+# trace and calibration text handed to it; no file IO) and the step-cost
+# model the shell fits online.
+add_library(pdserve_scheduler_simulator STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/simulator.cc)
+target_link_libraries(pdserve_scheduler_simulator PUBLIC
+  pdserve_scheduler_policy absl::statusor absl::strings absl::str_format
+  PRIVATE nlohmann_json::nlohmann_json)

@@ -7,9 +7,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/process/process.h"
 #include "proto/rpc_util.h"
-#include "server/metrics/metrics_flags.h"
-#include "server/metrics/process_metrics.h"
+#include "common/metrics/metrics_flags.h"
+#include "common/metrics/process_metrics.h"
 
 namespace pdserve::scheduler {
 namespace {
@@ -122,78 +123,23 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
   return reactor;
 }
 
-const std::vector<cli::FlagSpec>& SchedulerFlags() {
-  static const auto* flags = [] {
-    auto* f = new std::vector<cli::FlagSpec>{
-      {"engine", true, "engine address (default 127.0.0.1:50053)"},
-      {"host", true, "interface to listen on (default 127.0.0.1)"},
-      {"port", true, "gRPC port (default 50052; 0 = any free port)"},
-      {"budget", true, "tokens per step, decode + prefill (default 512)"},
-      {"chunk", true, "prefill chunk per sequence and step; 0 = chunking off (default 256)"},
-      {"max-running", true, "most sequences running at once (default 64)"},
-      {"max-queue", true, "waiting queue bound (default 1024)"},
-      {"itl-slowdown", true, "adapt the step budget so a step with prefill costs at most X times a decode-only step while sequences decode (fitted online; default 1.5; 0 = fixed budget)"},
-      {"step-timeout", true, "seconds to wait for one step's result before treating the engine as hung (default 120)"},
-      {"pipeline-depth", true, "steps written to the engine ahead of their results (default 2: the next step waits at the engine while one runs; 1 = none)"},
-      {"step-log", true, "write prefill_tokens,decode_seqs,step_ms per step (for simulate --calibration)"},
-      {"name", true, "model name for the vllm:* gauges' model_name label (default: the engine's)"},
-      {"config", true, "JSON config file (section \"scheduler\")"},
-    };
-    metrics::AppendMetricsFlags(*f, /*engine=*/false);
-    return f;
-  }();
-  return *flags;
-}
-
-int RunSchedulerProcess(const cli::CliArgs& args) {
+int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
   ShellOptions options;
-  options.engine_target = args.String("engine", "127.0.0.1:50053");
-  options.step_log_path = args.String("step-log", "");
-  auto slowdown = args.Double("itl-slowdown", 1.5);
-  if (!slowdown.ok() || *slowdown < 0) {
-    std::fprintf(stderr, "pdserve scheduler: --itl-slowdown must be a number >= 0\n");
-    return 2;
-  }
-  options.itl_slowdown = *slowdown;
-  auto step_timeout = args.Double("step-timeout", 120);
-  if (!step_timeout.ok() || *step_timeout <= 0) {
-    std::fprintf(stderr,
-                 "pdserve scheduler: --step-timeout must be a number of "
-                 "seconds > 0\n");
-    return 2;
-  }
+  options.engine_target = flags.engine;
+  options.step_log_path = flags.step_log;
+  options.itl_slowdown = flags.itl_slowdown;
   options.step_deadline = std::chrono::milliseconds(
-      static_cast<int64_t>(*step_timeout * 1000.0));
-  struct IntFlag { const char* name; int64_t* out; };
-  int64_t port = 50052;
-  for (IntFlag f : {IntFlag{"budget", &options.policy.step_token_budget},
-                    IntFlag{"chunk", &options.policy.prefill_chunk},
-                    IntFlag{"max-running", &options.policy.max_running},
-                    IntFlag{"max-queue", &options.policy.max_waiting},
-                    IntFlag{"pipeline-depth", &options.pipeline_depth},
-                    IntFlag{"port", &port}}) {
-    auto v = args.Int(f.name, *f.out);
-    if (!v.ok() || *v < 0 ||
-        (*v == 0 && std::string(f.name) != "chunk" &&
-         std::string(f.name) != "port") ||
-        (std::string(f.name) == "port" && *v > 65535)) {
-      std::fprintf(stderr, "pdserve scheduler: --%s: %s\n", f.name,
-                   v.ok() ? absl::StrCat(*v, " is out of range").c_str()
-                          : std::string(v.status().message()).c_str());
-      return 2;
-    }
-    *f.out = *v;
-  }
-  auto metrics_flags =
-      metrics::MetricsFlagsFromArgs(args, args.String("name", "pdserve"));
-  if (!metrics_flags.ok()) {
-    std::fprintf(stderr, "pdserve scheduler: %s\n",
-                 std::string(metrics_flags.status().message()).c_str());
-    return 2;
-  }
+      static_cast<int64_t>(flags.step_timeout_s * 1000.0));
+  options.policy.step_token_budget = flags.budget;
+  options.policy.prefill_chunk = flags.chunk;
+  options.policy.max_running = flags.max_running;
+  options.policy.max_waiting = flags.max_queue;
+  options.pipeline_depth = flags.pipeline_depth;
+  auto metrics_flags = metrics::MetricsFlagsFromOptions(
+      flags.metrics, flags.host, flags.name.empty() ? "pdserve" : flags.name);
   std::optional<metrics::SchedulerMetricsHandle> metrics;
-  if (metrics_flags->has_value()) {
-    auto handle = metrics::StartSchedulerMetrics(**metrics_flags);
+  if (metrics_flags.has_value()) {
+    auto handle = metrics::StartSchedulerMetrics(*metrics_flags);
     if (!handle.ok()) {
       std::fprintf(stderr, "pdserve scheduler: metrics: %s\n",
                    std::string(handle.status().message()).c_str());
@@ -206,8 +152,8 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
   }
   SchedulerShell shell(options);
   SchedulerServiceImpl service(&shell);
-  const std::string host = args.String("host", "127.0.0.1");
-  auto server = rpc::StartServer(host, port, {&service});
+  const std::string& host = flags.host;
+  auto server = rpc::StartServer(host, flags.port, {&service});
   if (!server.ok()) {
     std::fprintf(stderr, "pdserve scheduler: %s\n",
                  std::string(server.status().message()).c_str());
@@ -223,7 +169,7 @@ int RunSchedulerProcess(const cli::CliArgs& args) {
   std::printf("pdserve scheduler: listening on %s:%d (engine %s)\n",
               host.c_str(), server->port, options.engine_target.c_str());
   std::fflush(stdout);
-  rpc::WaitForTerminationSignal();
+  process::WaitForTerminationSignal();
   // Drain: in-flight requests may finish within the deadline; the shell's
   // shutdown then ends whatever is left with UNAVAILABLE.
   rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, false);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "pdserve/v1/scheduler.grpc.pb.h"
-#include "scheduler/cli_args.h"
+#include "config/process_options.h"
 #include "scheduler/scheduler_shell.h"
 
 namespace pdserve::scheduler {
@@ -26,12 +26,9 @@ class SchedulerServiceImpl final : public v1::Scheduler::CallbackService {
   SchedulerShell* shell_;
 };
 
-// Flags of `pdserve scheduler` (keys of the "scheduler" config section).
-const std::vector<cli::FlagSpec>& SchedulerFlags();
-
 // Runs the scheduler process until SIGTERM/SIGINT; returns the exit code.
 // Prints "pdserve scheduler: listening on HOST:PORT" once it serves.
-int RunSchedulerProcess(const cli::CliArgs& args);
+int RunSchedulerProcess(const config::SchedulerProcessOptions& options);
 
 }  // namespace pdserve::scheduler
 

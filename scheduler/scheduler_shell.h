@@ -24,7 +24,7 @@
 #include "pdserve/v1/scheduler.pb.h"
 #include "scheduler/policy.h"
 #include "scheduler/simulator.h"
-#include "server/metrics/scheduler_metrics.h"
+#include "common/metrics/scheduler_metrics.h"
 
 namespace pdserve::scheduler {
 

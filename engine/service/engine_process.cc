@@ -12,41 +12,12 @@
 #include "engine/loader/model_loader.h"
 #include "engine/service/engine_service.h"
 #include "kernels/thread_pool.h"
+#include "common/process/process.h"
 #include "proto/rpc_util.h"
-#include "server/metrics/metrics_flags.h"
-#include "server/metrics/process_metrics.h"
+#include "common/metrics/metrics_flags.h"
+#include "common/metrics/process_metrics.h"
 
 namespace pdserve::service {
-
-const std::vector<cli::FlagSpec>& EngineFlags() {
-  static const auto* flags = [] {
-    auto* f = new std::vector<cli::FlagSpec>{
-        {"model", true,
-         "model file or folder (GGUF, safetensors, llama2.c .bin)"},
-        {"host", true, "interface to listen on (default 127.0.0.1)"},
-        {"port", true, "gRPC port (default 50053; 0 = any free port)"},
-        {"threads", true, "compute threads (default: all cores)"},
-        {"device", true,
-         "where the model runs: cpu (default), cuda or cuda:N (loads "
-         "libpdserve_cuda.so)"},
-        {"kv-memory", true,
-         "KV pool budget: a fraction of free memory (0.5) or bytes with K/M/G "
-         "suffix"},
-        {"page-size", true, "tokens per KV page (default 16)"},
-        {"max-sequences", true, "sequences live at once (default 256)"},
-        {"max-step-tokens", true,
-         "most tokens one step processes (default 2048)"},
-        {"no-prefix-cache", false,
-         "turn off automatic prefix caching (on by default for dense models on "
-         "the CPU: prompts reuse the KV pages of a prefix already computed)"},
-        {"name", true, "model name to report (default: from the file)"},
-        {"config", true, "JSON config file (section \"engine\")"},
-    };
-    metrics::AppendMetricsFlags(*f, /*engine=*/true);
-    return f;
-  }();
-  return *flags;
-}
 
 namespace {
 
@@ -93,13 +64,14 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
 
 // Starts the engine's /metrics endpoint and metric set when --metrics-port is
 // given (the copy probe runs first unless --peak-memory-bandwidth is set);
-// nullopt when it is not. Errors: bad flags, the port, the probe.
+// nullopt when it is not. Errors: the port, the probe.
 absl::StatusOr<std::optional<metrics::EngineMetricsHandle>> StartMetrics(
-    const cli::CliArgs& args, const std::string& model_name, int threads) {
-  auto flags = metrics::MetricsFlagsFromArgs(args, model_name, threads);
-  if (!flags.ok()) return flags.status();
-  if (!flags->has_value()) return std::nullopt;
-  auto handle = metrics::StartEngineMetrics(**flags);
+    const config::EngineProcessOptions& options, const std::string& model_name,
+    int threads) {
+  auto flags = metrics::MetricsFlagsFromOptions(options.metrics, options.host,
+                                                model_name, threads);
+  if (!flags.has_value()) return std::nullopt;
+  auto handle = metrics::StartEngineMetrics(*flags);
   if (!handle.ok()) return handle.status();
   std::printf("pdserve engine: metrics %s (peak memory bandwidth %.3g B/s)\n",
               handle->server->url().c_str(),
@@ -109,39 +81,34 @@ absl::StatusOr<std::optional<metrics::EngineMetricsHandle>> StartMetrics(
 
 }  // namespace
 
-int RunEngineProcess(const cli::CliArgs& args) {
-  const std::string model_path = args.String("model", "");
+int RunEngineProcess(const config::EngineProcessOptions& flags) {
+  const std::string& model_path = flags.model;
   if (model_path.empty()) {
     std::fprintf(stderr, "pdserve engine: --model PATH is required\n");
     return 2;
   }
   EngineOptions options;
-  auto kv = ParseKvMemory(args.String("kv-memory", "0.5"));
+  auto kv = ParseKvMemory(flags.kv_memory);
   if (!kv.ok()) return Fail("flags", kv.status());
   options.kv_memory = *kv;
-  auto device = ParseDeviceSpec(args.String("device", "cpu"));
+  auto device = ParseDeviceSpec(flags.device);
   if (!device.ok()) return Fail("flags", device.status());
   options.device = *device;
-  auto port = args.Int("port", 50053);
-  auto threads = args.Int("threads", std::thread::hardware_concurrency());
-  auto page = args.Int("page-size", 16);
-  auto max_seqs = args.Int("max-sequences", 256);
-  auto max_step = args.Int("max-step-tokens", 2048);
-  for (const auto* v : {&port, &threads, &page, &max_seqs, &max_step}) {
-    if (!v->ok()) return Fail("flags", v->status());
-  }
-  if (absl::Status s = rpc::CheckPort(*port); !s.ok()) return Fail("flags", s);
-  options.page_size = *page;
-  options.max_sequences = *max_seqs;
-  options.max_step_tokens = *max_step;
-  options.prefix_cache = !args.Bool("no-prefix-cache");
+  options.page_size = flags.page_size;
+  options.max_sequences = flags.max_sequences;
+  options.max_step_tokens = flags.max_step_tokens;
+  options.prefix_cache = flags.prefix_cache;
+  const int64_t threads = flags.threads > 0
+                              ? flags.threads
+                              : std::max<int64_t>(
+                                    1, std::thread::hardware_concurrency());
 
   auto weights = LoadModel(model_path);
   if (!weights.ok()) return Fail("loading " + model_path, weights.status());
   std::shared_ptr<const ModelWeights> shared(std::move(*weights));
-  std::string name = args.String("name", shared->config.name);
+  std::string name = flags.name.empty() ? shared->config.name : flags.name;
   if (name.empty()) name = std::filesystem::path(model_path).stem().string();
-  ThreadPool pool(static_cast<int>(std::max<int64_t>(1, *threads)));
+  ThreadPool pool(static_cast<int>(threads));
   auto core = EngineCore::Create(shared, &pool, options);
   if (!core.ok()) {
     return Fail("creating the engine on " + options.device.ToString(),
@@ -151,9 +118,9 @@ int RunEngineProcess(const cli::CliArgs& args) {
   EngineServiceImpl service(core->get(), name, (*core)->Describe(),
                             options.max_step_tokens);
   auto server =
-      rpc::StartServer(args.String("host", "127.0.0.1"), *port, {&service});
+      rpc::StartServer(flags.host, flags.port, {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
-  auto metrics = StartMetrics(args, name, pool.num_threads());
+  auto metrics = StartMetrics(flags, name, pool.num_threads());
   if (!metrics.ok()) return Fail("metrics", metrics.status());
   if (metrics->has_value()) {
     service.AttachMetrics((*metrics)->metrics.get());
@@ -164,11 +131,11 @@ int RunEngineProcess(const cli::CliArgs& args) {
   std::printf(
       "pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens) on "
       "%s\n",
-      name.c_str(), args.String("host", "127.0.0.1").c_str(), server->port,
+      name.c_str(), flags.host.c_str(), server->port,
       g.num_pages, g.page_size, (*core)->Describe().c_str());
   std::fflush(stdout);
 
-  rpc::WaitForTerminationSignal();
+  process::WaitForTerminationSignal();
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, false);
   if (metrics->has_value()) (*metrics)->server->SetReady(false);
   server->server->Shutdown(std::chrono::system_clock::now() +

@@ -3,19 +3,14 @@
 #ifndef PDSERVE_ENGINE_SERVICE_ENGINE_PROCESS_H_
 #define PDSERVE_ENGINE_SERVICE_ENGINE_PROCESS_H_
 
-#include <vector>
-
-#include "scheduler/cli_args.h"
+#include "config/process_options.h"
 
 namespace pdserve::service {
-
-// The engine process's flags (also the keys of the "engine" config section).
-const std::vector<cli::FlagSpec>& EngineFlags();
 
 // Runs the process; returns its exit code (0 after a clean shutdown, 1 on a
 // start-up failure, printed on stderr). Prints one line on stdout once it
 // serves: "pdserve engine: serving MODEL on HOST:PORT".
-int RunEngineProcess(const cli::CliArgs& args);
+int RunEngineProcess(const config::EngineProcessOptions& options);
 
 }  // namespace pdserve::service
 

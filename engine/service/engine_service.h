@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/engine_core.h"
 #include "pdserve/v1/engine.grpc.pb.h"
-#include "server/metrics/engine_metrics.h"
+#include "common/metrics/engine_metrics.h"
 
 namespace pdserve::service {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "pdserve/v1/api.grpc.pb.h"
 #include "proto/rpc_util.h"
-#include "scheduler/cli_args.h"
+#include "config/cli_args.h"
 #include "server/cli/command.h"
 
 namespace pdserve::cli {

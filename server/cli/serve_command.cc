@@ -9,9 +9,7 @@
 // error (exit 2), or a third failure of the same child, stops everything and
 // serve exits 1 (the child's own message is above, on stderr). Once ready,
 // children are restarted however often they die.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,85 +26,12 @@
 #include "engine/backend/device_spec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/rpc_util.h"
-#include "scheduler/cli_args.h"
+#include "common/process/process.h"
+#include "config/process_options.h"
 #include "server/cli/command.h"
 
 namespace pdserve::cli {
 namespace {
-
-const std::vector<FlagSpec>& Flags() {
-  static const auto* flags = new std::vector<FlagSpec>{
-      {"model", true, "model file or folder"},
-      {"tokenizer", true,
-       "tokenizer file when the model carries none (llama2.c)"},
-      {"host", true, "public interface (default 127.0.0.1)"},
-      {"port", true, "public gRPC port (default 50051)"},
-      {"engine-port", true,
-       "engine gRPC port on loopback (default: a free one)"},
-      {"scheduler-port", true,
-       "scheduler gRPC port on loopback (default: a free one)"},
-      {"metrics-port", true,
-       "first of three /metrics ports: frontend, scheduler, engine (default: "
-       "free ports)"},
-      {"no-prefix-cache", false, "engine: turn off automatic prefix caching"},
-      {"vllm-metrics", false,
-       "all three: also export the vllm:* compatibility gauges"},
-      {"peak-memory-bandwidth", true,
-       "engine: device peak memory bandwidth in bytes/s (0 = measure at "
-       "start)"},
-      {"threads", true, "engine compute threads"},
-      {"device", true, "engine device: cpu (default), cuda or cuda:N"},
-      {"kv-memory", true, "engine KV budget (fraction or bytes)"},
-      {"page-size", true, "tokens per KV page"},
-      {"max-sequences", true, "engine: sequences live at once"},
-      {"max-step-tokens", true, "engine: most tokens in one step"},
-      {"itl-slowdown", true,
-       "scheduler: adapt the step budget so a step with prefill costs at most "
-       "X times a decode-only step (default 1.5; 0 = fixed budget)"},
-      {"step-timeout", true,
-       "scheduler: seconds to wait for a step's result before treating the "
-       "engine as hung (default 120)"},
-      {"pipeline-depth", true,
-       "scheduler: steps queued at the engine ahead of their results (default "
-       "2; 1 = none)"},
-      {"budget", true, "scheduler: tokens per step"},
-      {"chunk", true, "scheduler: prefill chunk (0 = off)"},
-      {"max-running", true, "scheduler: sequences running at once"},
-      {"max-queue", true, "scheduler: waiting queue bound"},
-      {"step-log", true, "scheduler: per-step CSV for simulate --calibration"},
-      {"drain-seconds", true, "front end drain time on SIGTERM (default 30)"},
-      {"name", true, "model name to report"},
-      {"served-model-name", true,
-       "model name the public APIs serve (default: the model file's stem)"},
-      {"http-port", true,
-       "OpenAI/Anthropic-compatible HTTP API port (default 8000; 0 = off)"},
-      {"http-threads", true, "front end: HTTP API IO threads (default 2)"},
-      {"http-max-body", true,
-       "front end: largest HTTP request body in bytes (default 8388608)"},
-      {"api-key", true,
-       "front end: HTTP API keys, comma-separated (default: none required)"},
-      {"api-key-file", true, "front end: file of HTTP API keys, one a line"},
-      {"config", true,
-       "JSON config file (sections serve/engine/scheduler/frontend)"},
-  };
-  return *flags;
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 struct Child {
   std::string name;
@@ -228,94 +153,76 @@ void StopChild(Child& c, int seconds) {
   c.pid = -1;
 }
 
-// Appends "--flag value" for each flag given to serve.
-void Forward(const CliArgs& args, std::vector<std::string>& out,
-             std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (args.Has(n)) {
-      out.push_back(absl::StrCat("--", n));
-      out.push_back(args.String(n, ""));
+// Appends "--flag=value" for each flag of `child`'s table that serve was
+// given (on its command line, in the environment or its config section),
+// except serve's own (addresses and ports it sets itself).
+template <typename Options>
+void Forward(const config::Resolution& resolution,
+             const config::FlagTable<Options>& child,
+             std::vector<std::string>& out) {
+  for (const auto& f : child.flags) {
+    if (config::IsServeOwnFlag(f.info.name)) continue;
+    auto it = resolution.values.find(f.info.name);
+    if (it == resolution.values.end() ||
+        it->second.source == config::Source::kDefault) {
+      continue;
     }
+    out.push_back(absl::StrCat("--", f.info.name, "=", it->second.text));
+  }
+  if (!resolution.config_path.empty()) {
+    out.push_back(absl::StrCat("--config=", resolution.config_path));
   }
 }
 
 int RunServe(int argc, char** argv) {
-  rpc::BlockTerminationSignals();
-  auto args = CliArgs::Parse(argc, argv, Flags());
-  if (args.ok() && !args->help()) {
-    if (absl::Status s = args->ApplyConfigFile("serve", Flags()); !s.ok())
-      args = s;
-  }
-  if (!args.ok()) {
+  process::BlockTerminationSignals();
+  const auto& table = config::ServeFlagTable();
+  auto parsed =
+      config::ParseCommand(table, argc, argv, config::Layers::Process());
+  if (!parsed.ok()) {
     std::fprintf(stderr, "pdserve serve: %s\n",
-                 std::string(args.status().message()).c_str());
+                 std::string(parsed.status().message()).c_str());
     return 2;
   }
-  if (args->help() || !args->Has("model")) {
+  const config::ServeOptions& o = parsed->options;
+  if (parsed->resolution.help || o.model.empty()) {
     std::fprintf(
-        args->help() ? stdout : stderr,
+        parsed->resolution.help ? stdout : stderr,
         "usage: pdserve serve --model PATH [--port 50051] [options]\n%s",
-        CliArgs::Usage(Flags()).c_str());
-    return args->help() ? 0 : 2;
+        table.Usage().c_str());
+    return parsed->resolution.help ? 0 : 2;
   }
-  if (int rc = CheckModelPath(args->String("model", "")); rc != 0) return rc;
-  if (int rc = CheckDevice(args->String("device", "cpu")); rc != 0) return rc;
-  const std::string host = args->String("host", "127.0.0.1");
-  const std::string port = args->String("port", "50051");
-  if (auto p = args->Int("port", 50051); !p.ok() || *p < 0 || *p > 65535) {
-    std::fprintf(stderr, "pdserve serve: --port %s is not a port in 0..65535\n",
-                 port.c_str());
-    return 2;
-  }
-  const std::string engine_port =
-      args->String("engine-port", absl::StrCat(FreePort()));
-  const std::string scheduler_port =
-      args->String("scheduler-port", absl::StrCat(FreePort()));
-  auto metrics_base = args->Int("metrics-port", 0);
+  if (int rc = CheckModelPath(o.model); rc != 0) return rc;
+  if (int rc = CheckDevice(o.engine.device); rc != 0) return rc;
+  const std::string& host = o.host;
+  const std::string port = absl::StrCat(o.port);
+  const std::string engine_port = absl::StrCat(
+      o.engine_port > 0 ? o.engine_port : process::FreeLoopbackPort());
+  const std::string scheduler_port = absl::StrCat(
+      o.scheduler_port > 0 ? o.scheduler_port : process::FreeLoopbackPort());
   std::vector<std::string> metrics(3);
   for (int i = 0; i < 3; ++i) {
-    metrics[i] = metrics_base.ok() && *metrics_base > 0
-                     ? absl::StrCat(*metrics_base + i)
-                     : absl::StrCat(FreePort());
+    metrics[i] = o.metrics_port.has_value() && *o.metrics_port > 0
+                     ? absl::StrCat(*o.metrics_port + i)
+                     : absl::StrCat(process::FreeLoopbackPort());
   }
-  const std::string config = args->String("config", "");
-
-  Child engine{
-      "engine",
-      {"engine", "--model", args->String("model", ""), "--host", "127.0.0.1",
-       "--port", engine_port, "--metrics-port", metrics[2]}};
-  Forward(*args, engine.args,
-          {"threads", "device", "kv-memory", "page-size", "max-sequences",
-           "max-step-tokens", "name", "peak-memory-bandwidth", "config"});
+  const config::Resolution& given = parsed->resolution;
+  Child engine{"engine",
+               {"engine", "--model", o.model, "--host", "127.0.0.1", "--port",
+                engine_port, "--metrics-port", metrics[2]}};
+  Forward(given, config::EngineFlagTable(), engine.args);
   Child sched{"scheduler",
               {"scheduler", "--engine", absl::StrCat("127.0.0.1:", engine_port),
                "--host", "127.0.0.1", "--port", scheduler_port,
                "--metrics-port", metrics[1]}};
-  Forward(*args, sched.args,
-          {"budget", "chunk", "max-running", "max-queue", "step-log",
-           "itl-slowdown", "pipeline-depth", "step-timeout", "name", "config"});
+  Forward(given, config::SchedulerFlagTable(), sched.args);
   Child front{"frontend",
-              {"frontend", "--model", args->String("model", ""), "--scheduler",
+              {"frontend", "--model", o.model, "--scheduler",
                absl::StrCat("127.0.0.1:", scheduler_port), "--host", host,
                "--port", port, "--metrics-port", metrics[0]}};
-  Forward(*args, front.args,
-          {"tokenizer", "drain-seconds", "name", "served-model-name",
-           "http-threads", "http-max-body", "api-key", "api-key-file",
-           "config"});
-  const std::string http_port = args->String("http-port", "8000");
-  if (auto p = args->Int("http-port", 8000); !p.ok() || *p < 0 || *p > 65535) {
-    std::fprintf(stderr,
-                 "pdserve serve: --http-port %s is not a port in 0..65535\n",
-                 http_port.c_str());
-    return 2;
-  }
-  front.args.push_back("--http-port");
-  front.args.push_back(http_port);
+  Forward(given, config::FrontendFlagTable(), front.args);
+  const std::string http_port = absl::StrCat(o.frontend.http_port);
   std::vector<Child*> children = {&engine, &sched, &front};
-  if (args->Bool("no-prefix-cache")) engine.args.push_back("--no-prefix-cache");
-  if (args->Bool("vllm-metrics")) {
-    for (Child* c : children) c->args.push_back("--vllm-metrics");
-  }
   for (Child* c : children) c->pid = Spawn(*c);
 
   const std::string public_target =
@@ -388,8 +295,7 @@ int RunServe(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "pdserve serve: draining\n");
-  auto drain = args->Int("drain-seconds", 30);
-  StopChild(front, static_cast<int>(drain.ok() ? *drain : 30) + 5);
+  StopChild(front, static_cast<int>(o.frontend.drain_seconds) + 5);
   StopChild(sched, 35);
   StopChild(engine, 10);
   return 0;

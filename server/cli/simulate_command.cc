@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/cli_args.h"
+#include "config/cli_args.h"
 #include "scheduler/simulator.h"
 #include "server/cli/command.h"
 

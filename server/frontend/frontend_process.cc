@@ -8,39 +8,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/process.h"
 #include "proto/rpc_util.h"
 #include "server/frontend/frontend_service.h"
 #include "server/frontend/api_types.h"
 #include "server/frontend/http_api.h"
 #include "server/http/http_server.h"
-#include "server/metrics/metrics_flags.h"
-#include "server/metrics/process_metrics.h"
+#include "common/metrics/metrics_flags.h"
+#include "common/metrics/process_metrics.h"
 
 namespace pdserve::frontend {
-
-const std::vector<cli::FlagSpec>& FrontendFlags() {
-  static const auto* flags = [] {
-    auto* f = new std::vector<cli::FlagSpec>{
-      {"model", true, "model file (its vocabulary and chat template are used)"},
-      {"tokenizer", true, "tokenizer file when the model has none inside (llama2.c tokenizer.bin, tokenizer.json)"},
-      {"scheduler", true, "scheduler address (default 127.0.0.1:50052)"},
-      {"host", true, "interface to listen on (default 127.0.0.1)"},
-      {"port", true, "public gRPC port (default 50051; 0 = any free port)"},
-      {"served-model-name", true, "model name the APIs serve and check (default: the model file's stem)"},
-      {"name", true, "the same as --served-model-name (older name)"},
-      {"http-port", true, "OpenAI/Anthropic-compatible HTTP API port (default 8000; 0 = off)"},
-      {"http-threads", true, "HTTP API IO threads (default 2)"},
-      {"http-max-body", true, "largest HTTP request body in bytes; larger ones get 413 (default 8388608)"},
-      {"api-key", true, "HTTP API keys, comma-separated (Authorization: Bearer KEY); default: none required"},
-      {"api-key-file", true, "file of HTTP API keys, one a line"},
-      {"drain-seconds", true, "on SIGTERM, how long open streams may finish (default 30)"},
-      {"config", true, "JSON config file (section \"frontend\")"},
-    };
-    metrics::AppendMetricsFlags(*f, /*engine=*/false);
-    return f;
-  }();
-  return *flags;
-}
 
 namespace {
 
@@ -77,67 +54,22 @@ void RaiseFileLimit() {
   }
 }
 
-struct HttpFlags {
-  int64_t port = 8000, threads = 2, max_body = 8 << 20;
-  std::vector<std::string> api_keys;
-};
-
-absl::StatusOr<HttpFlags> ParseHttpFlags(const cli::CliArgs& args) {
-  HttpFlags f;
-  auto port = args.Int("http-port", f.port);
-  auto threads = args.Int("http-threads", f.threads);
-  auto max_body = args.Int("http-max-body", f.max_body);
-  for (const auto* v : {&port, &threads, &max_body}) {
-    if (!v->ok()) return v->status();
-  }
-  if (absl::Status s = rpc::CheckPort(*port); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--http-port: ", s.message()));
-  }
-  if (*threads < 1 || *threads > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-threads ", *threads, " must be in [1, 256]"));
-  }
-  if (*max_body < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-max-body ", *max_body, " must be >= 1"));
-  }
-  auto keys = LoadApiKeys(args.String("api-key", ""),
-                          args.String("api-key-file", ""));
-  if (!keys.ok()) return keys.status();
-  f.port = *port;
-  f.threads = *threads;
-  f.max_body = *max_body;
-  f.api_keys = std::move(*keys);
-  return f;
-}
-
 }  // namespace
 
-int RunFrontendProcess(const cli::CliArgs& args) {
-  std::string tokenizer_path = args.String("tokenizer", args.String("model", ""));
+int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
+  const std::string tokenizer_path =
+      flags.tokenizer.empty() ? flags.model : flags.tokenizer;
   if (tokenizer_path.empty()) {
     std::fprintf(stderr, "pdserve frontend: --model or --tokenizer is required\n");
     return 2;
   }
-  auto port = args.Int("port", 50051);
-  auto drain = args.Int("drain-seconds", 30);
-  if (!port.ok() || !drain.ok()) {
+  auto api_keys = LoadApiKeys(flags.api_key, flags.api_key_file);
+  if (!api_keys.ok()) {
     std::fprintf(stderr, "pdserve frontend: %s\n",
-                 std::string((port.ok() ? drain : port).status().message()).c_str());
+                 std::string(api_keys.status().message()).c_str());
     return 2;
   }
-  if (absl::Status s = rpc::CheckPort(*port); !s.ok()) {
-    std::fprintf(stderr, "pdserve frontend: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
-  auto http_flags = ParseHttpFlags(args);
-  if (!http_flags.ok()) {
-    std::fprintf(stderr, "pdserve frontend: %s\n",
-                 std::string(http_flags.status().message()).c_str());
-    return 2;
-  }
-  const std::string scheduler_addr = args.String("scheduler", "127.0.0.1:50052");
+  const std::string& scheduler_addr = flags.scheduler;
   auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_addr));
   v1::SchedulerStatus status;
   if (!WaitForScheduler(scheduler_addr, &status, 600)) {
@@ -145,10 +77,12 @@ int RunFrontendProcess(const cli::CliArgs& args) {
                  scheduler_addr.c_str());
     return 1;
   }
-  const std::string name = args.String(
-      "served-model-name",
-      args.String("name", DefaultServedModelName(args.String(
-                              "model", tokenizer_path))));
+  const std::string name =
+      !flags.served_model_name.empty() ? flags.served_model_name
+      : !flags.name.empty()
+          ? flags.name
+          : DefaultServedModelName(flags.model.empty() ? tokenizer_path
+                                                       : flags.model);
   auto model = LoadModelContext(tokenizer_path, name);
   if (!model.ok()) {
     std::fprintf(stderr, "pdserve frontend: loading tokenizer %s: %s\n",
@@ -157,15 +91,11 @@ int RunFrontendProcess(const cli::CliArgs& args) {
     return 1;
   }
   (*model)->max_seq_len = status.max_seq_len();
-  auto metrics_flags = metrics::MetricsFlagsFromArgs(args, name);
-  if (!metrics_flags.ok()) {
-    std::fprintf(stderr, "pdserve frontend: %s\n",
-                 std::string(metrics_flags.status().message()).c_str());
-    return 2;
-  }
+  auto metrics_flags =
+      metrics::MetricsFlagsFromOptions(flags.metrics, flags.host, name);
   std::optional<metrics::FrontendMetricsHandle> metrics;
-  if (metrics_flags->has_value()) {
-    auto handle = metrics::StartFrontendMetrics(**metrics_flags);
+  if (metrics_flags.has_value()) {
+    auto handle = metrics::StartFrontendMetrics(*metrics_flags);
     if (!handle.ok()) {
       std::fprintf(stderr, "pdserve frontend: metrics: %s\n",
                    std::string(handle.status().message()).c_str());
@@ -179,8 +109,8 @@ int RunFrontendProcess(const cli::CliArgs& args) {
       metrics ? metrics->server.get() : nullptr;
   InferenceServiceImpl service(model->get(), stub.get(),
                                metrics ? metrics->metrics.get() : nullptr);
-  const std::string host = args.String("host", "127.0.0.1");
-  auto server = rpc::StartServer(host, *port, {&service});
+  const std::string& host = flags.host;
+  auto server = rpc::StartServer(host, flags.port, {&service});
   if (!server.ok()) {
     std::fprintf(stderr, "pdserve frontend: %s\n",
                  std::string(server.status().message()).c_str());
@@ -188,16 +118,16 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   }
   grpc::Server* srv = server->server.get();
   HttpApiOptions http_options;
-  http_options.api_keys = http_flags->api_keys;
+  http_options.api_keys = *api_keys;
   HttpApi http_api(service.generation_context(), http_options);
   std::unique_ptr<http::Server> http_server;
-  if (http_flags->port > 0) {
+  if (flags.http_port > 0) {
     RaiseFileLimit();
     http::ServerOptions o;
     o.host = host;
-    o.port = static_cast<int>(http_flags->port);
-    o.threads = static_cast<int>(http_flags->threads);
-    o.max_body_bytes = http_flags->max_body;
+    o.port = static_cast<int>(flags.http_port);
+    o.threads = static_cast<int>(flags.http_threads);
+    o.max_body_bytes = flags.http_max_body;
     o.error_body = [](int status, const std::string& message) {
       ApiError e;
       e.status = status;
@@ -224,7 +154,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   if (http_server != nullptr) {
     std::printf("pdserve frontend: HTTP API on http://%s:%d/v1%s\n",
                 host.c_str(), http_server->port(),
-                http_flags->api_keys.empty() ? "" : " (API keys required)");
+                api_keys->empty() ? "" : " (API keys required)");
   }
   std::fflush(stdout);
 
@@ -249,7 +179,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
     }
   });
 
-  rpc::WaitForTerminationSignal();
+  process::WaitForTerminationSignal();
   // Drain: refuse new requests at once (before the health watcher, which may
   // sit in a 500 ms status call, is joined), let open streams finish.
   service.SetDraining(true);
@@ -260,7 +190,7 @@ int RunFrontendProcess(const cli::CliArgs& args) {
   rpc::SetServing(*srv, kServices, false);  // the watcher may have raced us
   if (metrics_server) metrics_server->SetReady(false);
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(*drain);
+      std::chrono::steady_clock::now() + std::chrono::seconds(flags.drain_seconds);
   while ((service.active_streams() > 0 || http_api.active() > 0) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -10,10 +10,10 @@
 
 #include "pdserve/v1/api.grpc.pb.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
-#include "scheduler/cli_args.h"
+#include "config/process_options.h"
 #include "server/frontend/generation_stream.h"
 #include "server/frontend/request_prep.h"
-#include "server/metrics/frontend_metrics.h"
+#include "common/metrics/frontend_metrics.h"
 
 namespace pdserve::frontend {
 
@@ -67,14 +67,11 @@ class InferenceServiceImpl final
   std::atomic<int> active_{0};
 };
 
-// Flags of `pdserve frontend` (keys of the "frontend" config section).
-const std::vector<cli::FlagSpec>& FrontendFlags();
-
 // Runs the front end process until SIGTERM/SIGINT (then drains: no new
 // requests, open streams get up to --drain-seconds). Prints
 // "pdserve frontend: serving MODEL on HOST:PORT" once the scheduler has
 // reported the model and the server listens.
-int RunFrontendProcess(const cli::CliArgs& args);
+int RunFrontendProcess(const config::FrontendProcessOptions& options);
 
 }  // namespace pdserve::frontend
 

@@ -19,7 +19,7 @@
 #include "pdserve/v1/api.pb.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
 #include "server/frontend/request_prep.h"
-#include "server/metrics/frontend_metrics.h"
+#include "common/metrics/frontend_metrics.h"
 #include "server/tokenizer/detokenizer.h"
 
 namespace pdserve::frontend {

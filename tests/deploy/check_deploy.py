@@ -30,7 +30,7 @@ from k8s_checks import (check_kustomize, check_schema, check_selftest,  # noqa: 
 # ---------------------------------------------------------------- metrics --
 
 def exported_metrics():
-    """{name: type} from server/metrics/metric_names.h: every MetricSpec
+    """{name: type} from common/metrics/metric_names.h: every MetricSpec
     constant, as many as kAllMetrics lists."""
     text = NAMES_H.read_text()
     found = re.findall(
@@ -135,7 +135,7 @@ def check_promql_names():
             count += 1
             if not resolve_name(name, exported, recorded):
                 problems.append(f"{where}: {name} is not exported "
-                                f"(server/metrics/metric_names.h)")
+                                f"(common/metrics/metric_names.h)")
     if problems:
         raise Failure("\n".join(problems))
     # The lexer itself must see through the syntax it skips.

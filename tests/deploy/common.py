@@ -11,7 +11,7 @@ MON = DEPLOY / "monitoring"
 ALERTS = MON / "prometheus" / "alerts.yml"
 DASHBOARD = MON / "grafana" / "pdserve.json"
 ADAPTER = MON / "prometheus" / "adapter-values.yaml"
-NAMES_H = ROOT / "server" / "metrics" / "metric_names.h"
+NAMES_H = ROOT / "common" / "metrics" / "metric_names.h"
 OVERLAYS = {"cpu": DEPLOY / "kubernetes" / "overlays" / "cpu",
             "gpu": DEPLOY / "kubernetes" / "overlays" / "gpu"}
 SKIP = 77

@@ -109,32 +109,43 @@ def flag_value(args, flag):
     return None
 
 
-FLAG_RE = re.compile(r'\{\s*"([a-z][a-z0-9-]*)"\s*,\s*(?:true|false)\b')
+# Rows of the flag tables (config/process_flags.cc): Str("name", ...),
+# Int(...), Real(...), Bool(...) or {{"name", FlagType::k..., ...}.
+FLAG_RE = re.compile(r'\b(?:Str|Int|Real|Bool)\(\s*"([a-z][a-z0-9-]*)"|'
+                     r'\{\s*"([a-z][a-z0-9-]*)"\s*,\s*FlagType::k')
+# Functions that build rows or tables: EngineFlagTable(), MakeEngineFlags(),
+# AppendMetricsFlags(...), MetricsPortFlag().
+FN_RE = re.compile(r"\b(\w+Flag(?:s|Table)?)\(")
+
+
+def flag_names(text):
+    return {a or b for a, b in FLAG_RE.findall(text)}
 
 
 def declared_flags(command):
     """Flags `pdserve <command>` declares, or None while its source is not
-    there yet: FlagSpec literals {"name", true|false, ...} in
-    server/cli/<command>_command.cc and in the body of each `XFlags()`
-    function it calls (defined anywhere in the source tree)."""
+    there yet: the flag-table rows reached from server/cli/<command>_command.cc
+    through the functions it calls (EngineFlagTable() -> MakeEngineFlags()
+    -> AppendMetricsFlags(), defined anywhere in the source tree), plus the
+    --config every table has."""
     src = ROOT / "server" / "cli" / f"{command}_command.cc"
     if not src.exists():
         return None
     text = src.read_text()
-    flags = set(FLAG_RE.findall(text))
+    flags = flag_names(text) | {"config"}
     sources = [p.read_text(errors="replace") for p in ROOT.glob("*/**/*.cc")
                if "build" not in p.parts[len(ROOT.parts)]]
     # Flag-list functions called by the command, and those they call in
     # turn (e.g. EngineFlags() appends metrics::AppendMetricsFlags(...)).
-    todo, seen = set(re.findall(r"\b(\w+Flags)\(", text)), set()
+    todo, seen = set(FN_RE.findall(text)), set()
     while todo:
         fn = todo.pop()
         seen.add(fn)
         for body in sources:
             m = re.search(rf"\b{fn}\([^)]*\)\s*\{{(.*?)\n\}}", body, re.S)
             if m:
-                flags |= set(FLAG_RE.findall(m.group(1)))
-                todo |= set(re.findall(r"\b(\w+Flags)\(", m.group(1))) - seen
+                flags |= flag_names(m.group(1))
+                todo |= set(FN_RE.findall(m.group(1))) - seen
     return flags
 
 

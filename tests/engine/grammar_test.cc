@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/grammar/vocabulary.h"
+#include "server/tokenizer/grammar_vocabulary.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/tokenizer/tokenizer.h"

@@ -231,9 +231,9 @@ def main():
         skip("`pdserve serve` does not exist yet (issue 5)")
     with open(args.pdserve, "rb") as f:
         if b"pdserve_build_info" not in f.read():
-            skip("pdserve does not link server/metrics yet: its processes "
+            skip("pdserve does not link common/metrics yet: its processes "
                  "serve no /metrics (wiring listed in "
-                 "server/metrics/process_metrics.h)")
+                 "common/metrics/process_metrics.h)")
     for tool_name in ("prometheus", "promtool"):
         if not shutil.which(tool_name):
             skip(f"{tool_name} not installed (Debian package prometheus)")

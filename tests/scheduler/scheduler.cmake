@@ -3,10 +3,7 @@ pdserve_add_test(NAME policy_test LABEL unit
   LIBS pdserve_scheduler_policy)
 pdserve_add_test(NAME simulator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/simulator_test.cc
-  LIBS pdserve_scheduler_policy)
-pdserve_add_test(NAME cli_args_test LABEL unit
-  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cli_args_test.cc
-  LIBS pdserve_scheduler_policy)
+  LIBS pdserve_scheduler_simulator)
 pdserve_add_test(NAME frontend_request_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/frontend_request_test.cc
   LIBS pdserve_frontend)

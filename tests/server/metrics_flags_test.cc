@@ -1,5 +1,7 @@
-// The shared /metrics flags of `pdserve engine|scheduler|frontend`.
-#include "server/metrics/metrics_flags.h"
+// The shared /metrics flags of `pdserve engine|scheduler|frontend`: their
+// rows in the flag tables (config/process_flags.cc) and their mapping onto
+// ProcessMetricsFlags.
+#include "common/metrics/metrics_flags.h"
 
 #include <string>
 #include <vector>
@@ -9,57 +11,64 @@
 namespace pdserve::metrics {
 namespace {
 
-std::vector<cli::FlagSpec> Specs(bool engine) {
-  std::vector<cli::FlagSpec> specs = {{"host", true, "interface"},
-                                      {"name", true, "model name"}};
-  AppendMetricsFlags(specs, engine);
-  return specs;
-}
-
-absl::StatusOr<cli::CliArgs> Parse(std::vector<std::string> words,
-                                   bool engine = true) {
+template <typename O>
+absl::StatusOr<config::Command<O>> Parse(const config::FlagTable<O>& table,
+                                         std::vector<std::string> words) {
   std::vector<char*> argv;
   std::string self = "test";
   argv.push_back(self.data());
   for (std::string& w : words) argv.push_back(w.data());
-  return cli::CliArgs::Parse(static_cast<int>(argv.size()), argv.data(),
-                             Specs(engine));
+  config::Layers layers;  // no environment, no default file
+  layers.default_config_paths.clear();
+  return config::ParseCommand(table, static_cast<int>(argv.size()),
+                              argv.data(), layers);
+}
+
+absl::StatusOr<config::Command<config::EngineProcessOptions>> ParseEngine(
+    std::vector<std::string> words) {
+  return Parse(config::EngineFlagTable(), std::move(words));
+}
+
+template <typename O>
+bool Has(const config::FlagTable<O>& table, const char* name) {
+  for (const auto& f : table.flags) {
+    if (f.info.name == name) return true;
+  }
+  return false;
 }
 
 TEST(MetricsFlagsTest, EngineOnlyDeclaresPeakBandwidth) {
-  auto has = [](const std::vector<cli::FlagSpec>& specs, const char* name) {
-    for (const auto& s : specs) {
-      if (s.name == name) return true;
-    }
-    return false;
-  };
-  EXPECT_TRUE(has(Specs(true), "peak-memory-bandwidth"));
-  EXPECT_FALSE(has(Specs(false), "peak-memory-bandwidth"));
-  for (bool engine : {true, false}) {
-    EXPECT_TRUE(has(Specs(engine), "metrics-port"));
-    EXPECT_TRUE(has(Specs(engine), "metrics-host"));
-    EXPECT_TRUE(has(Specs(engine), "vllm-metrics"));
+  EXPECT_TRUE(Has(config::EngineFlagTable(), "peak-memory-bandwidth"));
+  EXPECT_FALSE(Has(config::SchedulerFlagTable(), "peak-memory-bandwidth"));
+  EXPECT_FALSE(Has(config::FrontendFlagTable(), "peak-memory-bandwidth"));
+  for (const char* name : {"metrics-port", "metrics-host", "vllm-metrics"}) {
+    EXPECT_TRUE(Has(config::EngineFlagTable(), name));
+    EXPECT_TRUE(Has(config::SchedulerFlagTable(), name));
+    EXPECT_TRUE(Has(config::FrontendFlagTable(), name));
   }
-  auto args = Parse({"--peak-memory-bandwidth", "1e9"}, /*engine=*/false);
-  EXPECT_FALSE(args.ok());
+  EXPECT_FALSE(Parse(config::FrontendFlagTable(),
+                     {"--peak-memory-bandwidth", "1e9"})
+                   .ok());
 }
 
 TEST(MetricsFlagsTest, NoPortMeansNoEndpoint) {
-  auto args = Parse({"--vllm-metrics"});
+  auto args = ParseEngine({"--vllm-metrics"});
   ASSERT_TRUE(args.ok()) << args.status();
-  auto flags = MetricsFlagsFromArgs(*args, "m");
-  ASSERT_TRUE(flags.ok()) << flags.status();
-  EXPECT_FALSE(flags->has_value());
+  EXPECT_FALSE(MetricsFlagsFromOptions(args->options.metrics,
+                                       args->options.host, "m")
+                   .has_value());
 }
 
 TEST(MetricsFlagsTest, MapsEveryFlag) {
-  auto args = Parse({"--host", "0.0.0.0", "--metrics-port", "9402",
-                     "--vllm-metrics", "--peak-memory-bandwidth", "4.8e12"});
+  auto args = ParseEngine({"--host", "0.0.0.0", "--metrics-port", "9402",
+                           "--vllm-metrics", "--peak-memory-bandwidth",
+                           "4.8e12"});
   ASSERT_TRUE(args.ok()) << args.status();
-  auto flags = MetricsFlagsFromArgs(*args, "smol", /*probe_threads=*/6);
-  ASSERT_TRUE(flags.ok()) << flags.status();
-  ASSERT_TRUE(flags->has_value());
-  const ProcessMetricsFlags& f = **flags;
+  auto flags = MetricsFlagsFromOptions(args->options.metrics,
+                                       args->options.host, "smol",
+                                       /*probe_threads=*/6);
+  ASSERT_TRUE(flags.has_value());
+  const ProcessMetricsFlags& f = *flags;
   EXPECT_EQ(f.host, "0.0.0.0");  // --metrics-host defaults to --host
   EXPECT_EQ(f.port, 9402);
   EXPECT_TRUE(f.vllm_compat);
@@ -69,18 +78,19 @@ TEST(MetricsFlagsTest, MapsEveryFlag) {
 }
 
 TEST(MetricsFlagsTest, DefaultsAndMetricsHost) {
-  auto args = Parse({"--host", "0.0.0.0", "--metrics-host", "127.0.0.1",
-                     "--metrics-port", "0"});
+  auto args = ParseEngine({"--host", "0.0.0.0", "--metrics-host",
+                           "127.0.0.1", "--metrics-port", "0"});
   ASSERT_TRUE(args.ok()) << args.status();
-  auto flags = MetricsFlagsFromArgs(*args, "", /*probe_threads=*/0);
-  ASSERT_TRUE(flags.ok()) << flags.status();
-  ASSERT_TRUE(flags->has_value());
-  EXPECT_EQ((*flags)->host, "127.0.0.1");
-  EXPECT_EQ((*flags)->port, 0);
-  EXPECT_FALSE((*flags)->vllm_compat);
-  EXPECT_EQ((*flags)->model_name, "pdserve");
-  EXPECT_EQ((*flags)->peak_memory_bandwidth, 0.0);  // 0 = probe at start
-  EXPECT_EQ((*flags)->probe_threads, 1);
+  auto flags = MetricsFlagsFromOptions(args->options.metrics,
+                                       args->options.host, "",
+                                       /*probe_threads=*/0);
+  ASSERT_TRUE(flags.has_value());
+  EXPECT_EQ(flags->host, "127.0.0.1");
+  EXPECT_EQ(flags->port, 0);
+  EXPECT_FALSE(flags->vllm_compat);
+  EXPECT_EQ(flags->model_name, "pdserve");
+  EXPECT_EQ(flags->peak_memory_bandwidth, 0.0);  // 0 = probe at start
+  EXPECT_EQ(flags->probe_threads, 1);
 }
 
 TEST(MetricsFlagsTest, RejectsBadValuesNamingThem) {
@@ -96,14 +106,12 @@ TEST(MetricsFlagsTest, RejectsBadValuesNamingThem) {
       words.push_back("--metrics-port");
       words.push_back("0");
     }
-    auto args = Parse(words);
-    ASSERT_TRUE(args.ok()) << args.status();
-    auto flags = MetricsFlagsFromArgs(*args, "m");
-    ASSERT_FALSE(flags.ok()) << flag << " " << value;
-    EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(std::string(flags.status().message()).find(flag.substr(2)),
+    auto args = ParseEngine(words);
+    ASSERT_FALSE(args.ok()) << flag << " " << value;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(args.status().message()).find(flag.substr(2)),
               std::string::npos)
-        << flags.status();
+        << args.status();
   }
 }
 

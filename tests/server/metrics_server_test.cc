@@ -1,7 +1,7 @@
 // MetricsServer end to end: bind port 0, record stats through the metric
 // sets, fetch /metrics over HTTP, lint it with `promtool check metrics` and
 // check the values (bandwidth = bytes / time, histogram counts, counters).
-#include "server/metrics/metrics_server.h"
+#include "common/metrics/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,11 +21,11 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics/engine_metrics.h"
-#include "server/metrics/frontend_metrics.h"
-#include "server/metrics/metric_names.h"
-#include "server/metrics/process_metrics.h"
-#include "server/metrics/scheduler_metrics.h"
+#include "common/metrics/engine_metrics.h"
+#include "common/metrics/frontend_metrics.h"
+#include "common/metrics/metric_names.h"
+#include "common/metrics/process_metrics.h"
+#include "common/metrics/scheduler_metrics.h"
 
 namespace pdserve::metrics {
 namespace {

@@ -1,4 +1,4 @@
-// Pure parts of server/metrics: stats validation, derived figures, buckets,
+// Pure parts of common/metrics: stats validation, derived figures, buckets,
 // the metric-name table.
 #include <cmath>
 #include <set>
@@ -7,10 +7,10 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics/bandwidth_probe.h"
-#include "server/metrics/buckets.h"
-#include "server/metrics/metric_names.h"
-#include "server/metrics/stats.h"
+#include "common/metrics/bandwidth_probe.h"
+#include "common/metrics/buckets.h"
+#include "common/metrics/metric_names.h"
+#include "common/metrics/stats.h"
 
 namespace pdserve::metrics {
 namespace {

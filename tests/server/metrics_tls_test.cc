@@ -12,7 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics/metrics_server.h"
+#include "common/metrics/metrics_server.h"
 
 extern "C" int pdserve_bigtls_touch(int i);
 

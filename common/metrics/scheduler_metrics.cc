@@ -1,0 +1,87 @@
+#include "common/metrics/scheduler_metrics.h"
+
+#include <utility>
+
+#include "common/metrics/families.h"
+
+namespace pdserve::metrics {
+
+absl::StatusOr<std::unique_ptr<SchedulerMetrics>> SchedulerMetrics::Create(
+    std::shared_ptr<prometheus::Registry> registry,
+    const SchedulerMetricsOptions& options) {
+  if (registry == nullptr) {
+    return absl::InvalidArgumentError("SchedulerMetrics needs a registry");
+  }
+  std::unique_ptr<SchedulerMetrics> m(
+      new SchedulerMetrics(std::move(registry)));
+  m->Register(options);
+  return m;
+}
+
+SchedulerMetrics::SchedulerMetrics(
+    std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)) {}
+
+void SchedulerMetrics::Register(const SchedulerMetricsOptions& options) {
+  using internal::CounterFamily;
+  using internal::GaugeFamily;
+  prometheus::Registry& r = *registry_;
+  waiting_ = &GaugeFamily(r, kWaiting).Add({});
+  running_ = &GaugeFamily(r, kRunning).Add({});
+  if (options.vllm_compat) {
+    const prometheus::Labels labels = {{"model_name", options.model_name}};
+    vllm_waiting_ = &GaugeFamily(r, kVllmWaiting).Add(labels);
+    vllm_running_ = &GaugeFamily(r, kVllmRunning).Add(labels);
+  }
+  admissions_ = &CounterFamily(r, kAdmissions).Add({});
+  cancellations_ = &CounterFamily(r, kCancellations).Add({});
+  preemptions_ = &CounterFamily(r, kSchedPreemptions).Add({});
+  finished_ = &CounterFamily(r, kFinished).Add({});
+  iterations_ = &CounterFamily(r, kIterations).Add({});
+  auto& planned = CounterFamily(r, kPlannedTokens);
+  planned_prefill_ = &planned.Add({{"kind", "prefill"}});
+  planned_decode_ = &planned.Add({{"kind", "decode"}});
+  token_budget_ = &GaugeFamily(r, kTokenBudget).Add({});
+  auto& rejections = CounterFamily(r, kRejections);
+  for (RejectReason reason :
+       {RejectReason::kQueueFull, RejectReason::kPromptTooLong,
+        RejectReason::kPoolTooSmall, RejectReason::kInvalidArgument,
+        RejectReason::kDraining}) {
+    rejections_[static_cast<size_t>(reason)] =
+        &rejections.Add({{"reason", std::string(RejectReasonName(reason))}});
+  }
+}
+
+void SchedulerMetrics::SetQueue(int64_t waiting, int64_t running) {
+  waiting_->Set(static_cast<double>(waiting));
+  running_->Set(static_cast<double>(running));
+  if (vllm_waiting_ != nullptr) {
+    vllm_waiting_->Set(static_cast<double>(waiting));
+    vllm_running_->Set(static_cast<double>(running));
+  }
+}
+
+absl::Status SchedulerMetrics::RecordIteration(const SchedulerStats& stats) {
+  if (absl::Status s = ValidateSchedulerStats(stats); !s.ok()) return s;
+  SetQueue(stats.waiting_requests, stats.running_requests);
+  internal::AddPositive(*admissions_, static_cast<double>(stats.admitted));
+  internal::AddPositive(*cancellations_, static_cast<double>(stats.cancelled));
+  internal::AddPositive(*preemptions_, static_cast<double>(stats.preempted));
+  internal::AddPositive(*finished_, static_cast<double>(stats.finished));
+  iterations_->Increment();
+  internal::AddPositive(*planned_prefill_,
+                        static_cast<double>(stats.planned_prefill_tokens));
+  internal::AddPositive(*planned_decode_,
+                        static_cast<double>(stats.planned_decode_tokens));
+  if (stats.token_budget > 0) {
+    token_budget_->Set(static_cast<double>(stats.token_budget));
+  }
+  return absl::OkStatus();
+}
+
+void SchedulerMetrics::RecordRejection(RejectReason reason) {
+  const size_t i = static_cast<size_t>(reason);
+  if (i < rejections_.size()) rejections_[i]->Increment();
+}
+
+}  // namespace pdserve::metrics

@@ -1,0 +1,315 @@
+// The flag tables of the pdserve processes: each default is written here
+// once (config/pdserve.json and the help text are checked against it).
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "config/process_options.h"
+
+namespace pdserve::config {
+namespace {
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+absl::Status OutOfRange(const std::string& name, const FlagValue& v,
+                        int64_t lo, int64_t hi) {
+  if (hi == kNoMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " ", v.text, " must be >= ", lo));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, " ", v.text, " is outside ", lo, "..", hi));
+}
+
+// Row builders; O is deduced from the member pointer.
+template <typename O>
+Flag<O> Str(std::string name, std::string def, std::string help,
+            std::string O::*field) {
+  return {{std::move(name), FlagType::kString, std::move(def), std::move(help)},
+          [field](const FlagValue& v, O* o) {
+            o->*field = v.text;
+            return absl::OkStatus();
+          }};
+}
+
+template <typename O>
+Flag<O> Int(std::string name, std::string def, std::string help,
+            int64_t O::*field, int64_t lo = 0, int64_t hi = kNoMax) {
+  return {{name, FlagType::kInt, std::move(def), std::move(help)},
+          [field, lo, hi, name](const FlagValue& v, O* o) {
+            if (v.i < lo || v.i > hi) return OutOfRange(name, v, lo, hi);
+            o->*field = v.i;
+            return absl::OkStatus();
+          }};
+}
+
+template <typename O>
+Flag<O> Real(std::string name, std::string def, std::string help,
+             double O::*field, double lo, bool lo_inclusive) {
+  return {{name, FlagType::kDouble, std::move(def), std::move(help)},
+          [field, lo, lo_inclusive, name](const FlagValue& v, O* o) {
+            if (!std::isfinite(v.d) || v.d < lo || (!lo_inclusive && v.d == lo)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--", name, " ", v.text, " must be a number ",
+                               lo_inclusive ? ">= " : "> ", lo));
+            }
+            o->*field = v.d;
+            return absl::OkStatus();
+          }};
+}
+
+template <typename O>
+Flag<O> Bool(std::string name, std::string help, bool O::*field,
+             bool invert = false) {
+  return {{std::move(name), FlagType::kBool, "false", std::move(help)},
+          [field, invert](const FlagValue& v, O* o) {
+            o->*field = v.b != invert;
+            return absl::OkStatus();
+          }};
+}
+
+Flag<MetricsOptions> MetricsPortFlag() {
+  return {{"metrics-port", FlagType::kInt, "",
+           "/metrics port of this process (0 = any free port; none when "
+           "absent)"},
+          [](const FlagValue& v, MetricsOptions* o) {
+            if (v.i < 0 || v.i > 65535) {
+              return OutOfRange("metrics-port", v, 0, 65535);
+            }
+            o->port = v.i;
+            return absl::OkStatus();
+          }};
+}
+
+// Lifts a row of table T into options O through a member (O::*part is a T).
+template <typename O, typename T>
+Flag<O> Lift(const Flag<T>& f, T O::*part) {
+  auto set = f.set;
+  return {f.info,
+          [set, part](const FlagValue& v, O* o) { return set(v, &(o->*part)); }};
+}
+
+// The /metrics rows shared by engine, scheduler and frontend.
+template <typename O>
+void AppendMetricsFlags(std::vector<Flag<O>>& rows, bool engine) {
+  std::vector<Flag<MetricsOptions>> m = {
+      MetricsPortFlag(),
+      Str("metrics-host", "", "interface for /metrics (default: --host)",
+          &MetricsOptions::host),
+      Bool("vllm-metrics",
+           "also export vllm:num_requests_waiting/running and "
+           "vllm:kv_cache_usage_perc",
+           &MetricsOptions::vllm_compat),
+  };
+  if (engine) {
+    m.push_back(Real("peak-memory-bandwidth", "0",
+                     "device peak memory bandwidth in bytes/s for the "
+                     "utilisation ratio (0 = measure with a copy probe at "
+                     "start)",
+                     &MetricsOptions::peak_memory_bandwidth, 0, true));
+  }
+  for (const auto& f : m) rows.push_back(Lift(f, &O::metrics));
+}
+
+FlagTable<EngineProcessOptions> MakeEngineFlags() {
+  using O = EngineProcessOptions;
+  FlagTable<O> t{"engine", {}};
+  t.flags = {
+      Str("model", "", "model file or folder (GGUF, safetensors, llama2.c .bin)",
+          &O::model),
+      Str("host", "127.0.0.1", "interface to listen on", &O::host),
+      Int("port", "50053", "gRPC port (0 = any free port)", &O::port, 0, 65535),
+      Int("threads", "0", "compute threads (0 = every core)", &O::threads),
+      Str("device", "cpu",
+          "where the model runs: cpu, cuda or cuda:N (loads libpdserve_cuda.so)",
+          &O::device),
+      Str("kv-memory", "0.5",
+          "KV pool budget: a fraction of free memory (0.5) or bytes with a "
+          "K/M/G suffix",
+          &O::kv_memory),
+      Int("page-size", "16", "tokens per KV page", &O::page_size, 1),
+      Int("max-sequences", "256", "sequences live at once", &O::max_sequences,
+          1),
+      Int("max-step-tokens", "2048", "most tokens one step processes",
+          &O::max_step_tokens, 1),
+      Bool("no-prefix-cache",
+           "turn off automatic prefix caching (on by default for dense models "
+           "on the CPU: prompts reuse the KV pages of a prefix already "
+           "computed)",
+           &O::prefix_cache, /*invert=*/true),
+      Str("name", "", "model name to report (default: from the file)",
+          &O::name),
+  };
+  AppendMetricsFlags(t.flags, /*engine=*/true);
+  return t;
+}
+
+FlagTable<SchedulerProcessOptions> MakeSchedulerFlags() {
+  using O = SchedulerProcessOptions;
+  FlagTable<O> t{"scheduler", {}};
+  t.flags = {
+      Str("engine", "127.0.0.1:50053", "engine address", &O::engine),
+      Str("host", "127.0.0.1", "interface to listen on", &O::host),
+      Int("port", "50052", "gRPC port (0 = any free port)", &O::port, 0, 65535),
+      Int("budget", "512", "tokens per step, decode + prefill", &O::budget, 1),
+      Int("chunk", "256", "prefill chunk per sequence and step; 0 = chunking off",
+          &O::chunk, 0),
+      Int("max-running", "64", "most sequences running at once",
+          &O::max_running, 1),
+      Int("max-queue", "1024", "waiting queue bound", &O::max_queue, 1),
+      Real("itl-slowdown", "1.5",
+           "adapt the step budget so a step with prefill costs at most X times "
+           "a decode-only step while sequences decode (fitted online; 0 = "
+           "fixed budget)",
+           &O::itl_slowdown, 0, true),
+      Real("step-timeout", "120",
+           "seconds to wait for one step's result before treating the engine "
+           "as hung",
+           &O::step_timeout_s, 0, false),
+      Int("pipeline-depth", "2",
+          "steps written to the engine ahead of their results (2: the next "
+          "step waits at the engine while one runs; 1 = none)",
+          &O::pipeline_depth, 1),
+      Str("step-log", "",
+          "write prefill_tokens,decode_seqs,step_ms per step (for simulate "
+          "--calibration)",
+          &O::step_log),
+      Str("name", "",
+          "model name for the vllm:* gauges' model_name label (default: "
+          "pdserve)",
+          &O::name),
+  };
+  AppendMetricsFlags(t.flags, /*engine=*/false);
+  return t;
+}
+
+FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
+  using O = FrontendProcessOptions;
+  FlagTable<O> t{"frontend", {}};
+  t.flags = {
+      Str("model", "", "model file (its vocabulary and chat template are used)",
+          &O::model),
+      Str("tokenizer", "",
+          "tokenizer file when the model has none inside (llama2.c "
+          "tokenizer.bin, tokenizer.json)",
+          &O::tokenizer),
+      Str("scheduler", "127.0.0.1:50052", "scheduler address", &O::scheduler),
+      Str("host", "127.0.0.1", "interface to listen on", &O::host),
+      Int("port", "50051", "public gRPC port (0 = any free port)", &O::port, 0,
+          65535),
+      Str("served-model-name", "",
+          "model name the APIs serve and check (default: the model file's "
+          "stem)",
+          &O::served_model_name),
+      Str("name", "", "the same as --served-model-name (older name)", &O::name),
+      Int("http-port", "8000",
+          "OpenAI/Anthropic-compatible HTTP API port (0 = off)", &O::http_port,
+          0, 65535),
+      Int("http-threads", "2", "HTTP API IO threads", &O::http_threads, 1, 256),
+      Int("http-max-body", "8388608",
+          "largest HTTP request body in bytes; larger ones get 413",
+          &O::http_max_body, 1),
+      Str("api-key", "",
+          "HTTP API keys, comma-separated (Authorization: Bearer KEY); "
+          "default: none required",
+          &O::api_key),
+      Str("api-key-file", "", "file of HTTP API keys, one a line",
+          &O::api_key_file),
+      Int("drain-seconds", "30", "on SIGTERM, how long open streams may finish",
+          &O::drain_seconds, 0),
+  };
+  AppendMetricsFlags(t.flags, /*engine=*/false);
+  return t;
+}
+
+// serve's own rows: the public address, the loopback ports of the children
+// and their /metrics ports.
+constexpr const char* kServeOwn[] = {"model",          "host",
+                                     "port",           "engine-port",
+                                     "scheduler-port", "metrics-port",
+                                     "metrics-host"};
+
+// Adds the rows of `child` to `rows`, skipping serve's own; a name already
+// there (a flag several children have) gets both setters.
+template <typename T>
+void Compose(std::vector<Flag<ServeOptions>>& rows, const FlagTable<T>& child,
+             T ServeOptions::*part) {
+  for (const Flag<T>& f : child.flags) {
+    if (IsServeOwnFlag(f.info.name)) continue;
+    Flag<ServeOptions> lifted = Lift(f, part);
+    bool merged = false;
+    for (Flag<ServeOptions>& row : rows) {
+      if (row.info.name != f.info.name) continue;
+      auto first = row.set, second = lifted.set;
+      row.set = [first, second](const FlagValue& v, ServeOptions* o) {
+        absl::Status s = first(v, o);
+        return s.ok() ? second(v, o) : s;
+      };
+      merged = true;
+    }
+    if (!merged) rows.push_back(std::move(lifted));
+  }
+}
+
+FlagTable<ServeOptions> MakeServeFlags() {
+  using O = ServeOptions;
+  FlagTable<O> t{"serve", {}};
+  t.flags = {
+      Str("model", "", "model file or folder", &O::model),
+      Str("host", "127.0.0.1", "public interface", &O::host),
+      Int("port", "50051", "public gRPC port", &O::port, 0, 65535),
+      Int("engine-port", "0",
+          "engine gRPC port on loopback (0 = a free one)", &O::engine_port, 0,
+          65535),
+      Int("scheduler-port", "0",
+          "scheduler gRPC port on loopback (0 = a free one)",
+          &O::scheduler_port, 0, 65535),
+      {{"metrics-port", FlagType::kInt, "",
+        "first of three /metrics ports: frontend, scheduler, engine (default: "
+        "free ports)"},
+       [](const FlagValue& v, O* o) {
+         if (v.i < 0 || v.i > 65533) {
+           return OutOfRange("metrics-port", v, 0, 65533);
+         }
+         o->metrics_port = v.i;
+         return absl::OkStatus();
+       }},
+  };
+  Compose(t.flags, EngineFlagTable(), &O::engine);
+  Compose(t.flags, SchedulerFlagTable(), &O::scheduler);
+  Compose(t.flags, FrontendFlagTable(), &O::frontend);
+  return t;
+}
+
+}  // namespace
+
+bool IsServeOwnFlag(const std::string& name) {
+  for (const char* own : kServeOwn) {
+    if (name == own) return true;
+  }
+  return false;
+}
+
+const FlagTable<EngineProcessOptions>& EngineFlagTable() {
+  static const auto* table = new FlagTable<EngineProcessOptions>(MakeEngineFlags());
+  return *table;
+}
+
+const FlagTable<SchedulerProcessOptions>& SchedulerFlagTable() {
+  static const auto* table =
+      new FlagTable<SchedulerProcessOptions>(MakeSchedulerFlags());
+  return *table;
+}
+
+const FlagTable<FrontendProcessOptions>& FrontendFlagTable() {
+  static const auto* table =
+      new FlagTable<FrontendProcessOptions>(MakeFrontendFlags());
+  return *table;
+}
+
+const FlagTable<ServeOptions>& ServeFlagTable() {
+  static const auto* table = new FlagTable<ServeOptions>(MakeServeFlags());
+  return *table;
+}
+
+}  // namespace pdserve::config

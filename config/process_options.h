@@ -1,0 +1,106 @@
+// The typed options of each pdserve process and their flag tables (the
+// configuration door, flag_table.h). The tables in process_flags.cc are the
+// one place each default is written: config/pdserve.json and the generated
+// help are checked against them by tests/config/config_test.cc, and the
+// library structs that carry the same knobs (EngineOptions, PolicyConfig)
+// are held to them there too. Fields without a table default are optional or
+// empty, meaning "not given" (each says what that means).
+// Plain value types; the tables are immutable after first use (thread-safe).
+#ifndef PDSERVE_CONFIG_PROCESS_OPTIONS_H_
+#define PDSERVE_CONFIG_PROCESS_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/flag_table.h"
+
+namespace pdserve::config {
+
+// The /metrics endpoint of one process (every serving process has it).
+struct MetricsOptions {
+  std::optional<int64_t> port;  // --metrics-port; none = no /metrics
+  std::string host;             // --metrics-host; empty = the process's --host
+  bool vllm_compat = false;     // --vllm-metrics
+  double peak_memory_bandwidth = 0;  // engine: bytes/s; 0 = measure
+};
+
+// `pdserve engine`.
+struct EngineProcessOptions {
+  std::string model;  // --model (required)
+  std::string host;
+  int64_t port = 0;
+  int64_t threads = 0;    // 0 = every core
+  std::string device;     // cpu, cuda, cuda:N
+  std::string kv_memory;  // fraction of free memory or bytes (512M, 2G)
+  int64_t page_size = 0;
+  int64_t max_sequences = 0;
+  int64_t max_step_tokens = 0;
+  // The capacity of one sequence in tokens (prompt + generated): 0 = the
+  // model's context length, capped by the pool (engine/core/capacity.h).
+  int64_t max_seq_len = 0;
+  bool prefix_cache = false;  // on unless --no-prefix-cache
+  std::string name;          // empty = the model file's own name
+  MetricsOptions metrics;
+};
+
+// `pdserve scheduler`.
+struct SchedulerProcessOptions {
+  std::string engine;  // host:port
+  std::string host;
+  int64_t port = 0;
+  int64_t budget = 0;
+  int64_t chunk = 0;  // 0 = chunking off
+  int64_t max_running = 0;
+  int64_t max_queue = 0;
+  double itl_slowdown = 0;  // 0 = fixed budget
+  double step_timeout_s = 0;
+  int64_t pipeline_depth = 0;
+  std::string step_log;  // empty = none
+  std::string name;      // empty = "pdserve"
+  MetricsOptions metrics;
+};
+
+// `pdserve frontend`.
+struct FrontendProcessOptions {
+  std::string model;      // its tokenizer and chat template are used
+  std::string tokenizer;  // empty = --model
+  std::string scheduler;  // host:port
+  std::string host;
+  int64_t port = 0;
+  std::string served_model_name;  // empty = --name, else the model's stem
+  std::string name;               // older spelling of served-model-name
+  int64_t http_port = 0;          // 0 = no HTTP API
+  int64_t http_threads = 0;
+  int64_t http_max_body = 0;
+  std::string api_key;       // comma-separated; empty = none required
+  std::string api_key_file;  // one key a line; empty = none
+  int64_t drain_seconds = 0;
+  MetricsOptions metrics;
+};
+
+// `pdserve serve`: its own rows plus the three tables composed (a flag of
+// several children, such as --name, goes to each of them).
+struct ServeOptions {
+  std::string model;
+  std::string host;
+  int64_t port = 0;
+  int64_t engine_port = 0;     // 0 = a free loopback port
+  int64_t scheduler_port = 0;  // 0 = a free loopback port
+  std::optional<int64_t> metrics_port;  // first of three; none = free ports
+  EngineProcessOptions engine;
+  SchedulerProcessOptions scheduler;
+  FrontendProcessOptions frontend;
+};
+
+const FlagTable<EngineProcessOptions>& EngineFlagTable();
+const FlagTable<SchedulerProcessOptions>& SchedulerFlagTable();
+const FlagTable<FrontendProcessOptions>& FrontendFlagTable();
+const FlagTable<ServeOptions>& ServeFlagTable();
+
+// Rows of serve's table that are its own (not forwarded to a child).
+bool IsServeOwnFlag(const std::string& name);
+
+}  // namespace pdserve::config
+
+#endif  // PDSERVE_CONFIG_PROCESS_OPTIONS_H_
