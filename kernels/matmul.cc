@@ -120,9 +120,11 @@ RowKernels KernelsFor(const IsaKernels& k, const WeightView& w) {
   if (w.packed != nullptr && k.packed != nullptr &&
       w.pack_format == k.packed->format) {
     const PackedKernels& p = *k.packed;
-    return {p.row_tile, p.prepared_bytes, p.prepare, p.rows, p.needs_prepare};
+    return {p.row_tile, p.prepared_bytes, p.prepare,
+            p.rows,     p.needs_prepare,  p.tiles_per_split};
   }
-  return {k.row_tile, k.prepared_bytes, k.prepare, k.rows, &IsQuantizedType};
+  return {k.row_tile, k.prepared_bytes, k.prepare,
+          k.rows,     &IsQuantizedType, kTilesPerSplit};
 }
 
 int64_t PackedWeightBytesWith(const IsaKernels& k, const WeightView& w) {
@@ -172,10 +174,11 @@ void MatMulWith(const IsaKernels& k, const WeightView& w, const float* x,
     }
     args.xq = xq;
   }
-  // Threads split the rows in units of kTilesPerSplit kernel tiles, so that
-  // kernels that take several tiles at once (the packed mat-vec reads four
-  // row groups as four memory streams) keep doing so at range boundaries.
-  const int64_t tile = rk.row_tile * kTilesPerSplit;
+  // Threads split the rows in units of tiles_per_split kernel tiles, so
+  // that kernels that take several tiles at once (the AVX2 packed mat-vec
+  // reads four row groups as four memory streams) keep doing so at range
+  // boundaries.
+  const int64_t tile = rk.row_tile * rk.tiles_per_split;
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
   // At least ~16 KiB of weights (per token) per range, so that tiny matrices
   // are not split into pieces smaller than the cost of waking a thread.

@@ -50,6 +50,10 @@ namespace pdserve::kernels_internal {
 namespace {
 
 constexpr int64_t kGroupRows = 16;
+// Threads split rows in single groups: the 4-group decode tile falls back
+// to 2 or 1 groups at a range's end, and a matrix of a few hundred rows
+// still splits evenly over the threads.
+constexpr int64_t kTilesPerSplit512 = 1;
 constexpr int64_t kFloatBlock = 128;  // columns per partial sum (even)
 // Weights per chunk of row groups: every token tile sweeps a chunk while it
 // is L2-resident.
@@ -656,7 +660,8 @@ const PackedKernels& Avx512PackedKernels(bool bf16_dot) {
                                  &Prepare<true>,
                                  &Rows<true>,
                                  &NeedsPrepare<true>,
-                                 /*bf16_activations=*/true};
+                                 /*bf16_activations=*/true,
+                                 kTilesPerSplit512};
   static const PackedKernels widen{PackFormat::kAvx512Rows16,
                                    kGroupRows,
                                    &PackedBytes,
@@ -665,7 +670,8 @@ const PackedKernels& Avx512PackedKernels(bool bf16_dot) {
                                    &Prepare<false>,
                                    &Rows<false>,
                                    &NeedsPrepare<false>,
-                                   /*bf16_activations=*/false};
+                                   /*bf16_activations=*/false,
+                                   kTilesPerSplit512};
   return bf16_dot ? dot : widen;
 }
 

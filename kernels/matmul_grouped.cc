@@ -112,6 +112,9 @@ void PrepareUnits(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
 int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
                  int threads, Scratch& s) {
   auto tile = [&](const MatMulGroup& g) { return KernelsFor(k, g.w).row_tile; };
+  auto split = [&](const MatMulGroup& g) {
+    return KernelsFor(k, g.w).tiles_per_split;
+  };
   auto tile_cost = [&](const MatMulGroup& g) {
     return std::max<int64_t>(1, g.w.row_bytes * tile(g)) * (g.n_tokens + 2);
   };
@@ -126,8 +129,8 @@ int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
     const MatMulGroup& g = groups[i];
     if (Active(g)) {
       const int64_t tiles_per_unit =
-          (std::max<int64_t>(1, target / tile_cost(g)) + kTilesPerSplit - 1) /
-          kTilesPerSplit * kTilesPerSplit;
+          (std::max<int64_t>(1, target / tile_cost(g)) + split(g) - 1) /
+          split(g) * split(g);
       s.unit_rows[i] = tiles_per_unit * tile(g);
       units += (g.w.rows + s.unit_rows[i] - 1) / s.unit_rows[i];
     }

@@ -86,6 +86,9 @@ struct PackedKernels {
   // BF16 products round the activations to bf16 (round to nearest even)
   // before multiplying (vdpbf16ps); otherwise they use them as f32.
   bool bf16_activations = false;
+  // Row ranges handed to threads are whole multiples of this many row tiles
+  // (see kTilesPerSplit).
+  int64_t tiles_per_split = 4;
 };
 
 // One SIMD level's entry points.
@@ -125,11 +128,13 @@ struct RowKernels {
                   uint8_t* xq);
   void (*rows)(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
   bool (*needs_prepare)(DType type);  // see PackedKernels
+  int64_t tiles_per_split;            // see PackedKernels
 };
 RowKernels KernelsFor(const IsaKernels& k, const WeightView& w);
 
 // Row ranges handed to threads are whole multiples of this many kernel
-// tiles (except a matrix's last range).
+// tiles (except a matrix's last range) for the row-major kernels; packed
+// kernels set their own (PackedKernels::tiles_per_split).
 inline constexpr int64_t kTilesPerSplit = 4;
 
 // PackedWeightBytes / PackWeights with an explicit kernel set.
