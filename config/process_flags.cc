@@ -132,6 +132,11 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
           1),
       Int("max-step-tokens", "2048", "most tokens one step processes",
           &O::max_step_tokens, 1),
+      Int("max-seq-len", "0",
+          "capacity of one sequence in tokens, prompt + generated: the one "
+          "capacity every process enforces (0 = the model's context length, "
+          "capped by the KV pool)",
+          &O::max_seq_len, 0),
       Bool("no-prefix-cache",
            "turn off automatic prefix caching (on by default for dense models "
            "on the CPU: prompts reuse the KV pages of a prefix already "

@@ -123,6 +123,7 @@ class EngineCore::Impl {
   absl::Span<const float> LastLogits(SequenceId id) const;
 
   const KvGeometry& geometry() const { return pool_->geometry(); }
+  int64_t max_seq_len() const { return options_.max_seq_len; }
   const ModelConfig& config() const { return weights_->config; }
   const DeviceSpec& device() const { return options_.device; }
   const std::string& description() const { return description_; }
@@ -206,6 +207,11 @@ absl::Status EngineCore::Impl::AddSequence(
                                       geometry().total_tokens);
       !s.ok()) {
     return s;
+  }
+  if (max_seq_len > options_.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_seq_len=", max_seq_len, " exceeds the engine's sequence capacity "
+        "of ", options_.max_seq_len, " tokens (--max-seq-len)"));
   }
   if (absl::Status s =
           CheckPromptFits(static_cast<int64_t>(prompt.size()), max_seq_len);
@@ -588,6 +594,14 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
       options.page_size, options.max_sequences, options.available_bytes);
   if (!geometry.ok()) return geometry.status();
+  absl::StatusOr<int64_t> capacity =
+      ResolveMaxSeqLen(options.max_seq_len, weights->config.max_context,
+                       geometry->total_tokens);
+  if (!capacity.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-seq-len: ", capacity.status().message()));
+  }
+  options.max_seq_len = *capacity;
   // A device backend keeps keys, values and states in device memory; the
   // host pool then only accounts for them.
   const bool prefix_cache = options.prefix_cache && options.device.is_cpu() &&
@@ -627,6 +641,7 @@ int64_t EngineCore::CachedPrefixTokens(SequenceId id) const {
   return impl_->CachedPrefixTokens(id);
 }
 
+int64_t EngineCore::max_seq_len() const { return impl_->max_seq_len(); }
 const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
 EngineStats EngineCore::Stats() const { return impl_->Stats(); }
 int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }

@@ -56,6 +56,10 @@ struct EngineOptions {
   // The device plugin file to load instead of searching (tests); empty =
   // the loader's search list.
   std::string backend_plugin_path;
+  // The capacity of one sequence in tokens (--max-seq-len): 0 = the model's
+  // context length capped by the pool's tokens (ResolveMaxSeqLen); Create
+  // refuses more than either. max_seq_len() reports the result.
+  int64_t max_seq_len = 0;
   int64_t page_size = 16;          // tokens per KV page
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
@@ -161,7 +165,8 @@ class EngineCore {
   // Admits a sequence. Takes no KV pages yet (they follow the tokens).
   // Errors: ALREADY_EXISTS (live id); INVALID_ARGUMENT for an empty prompt,
   // a token id >= vocab size or < 0, max_seq_len <= 0 or above the model's
-  // context length or the pool's total tokens, a prompt longer than
+  // context length, the pool's total tokens or max_seq_len(), a prompt
+  // longer than
   // max_seq_len, max_new_tokens <= 0, bad sampling parameters;
   // RESOURCE_EXHAUSTED when max_sequences are running or 2 * max_sequences
   // records (finished ones not yet released included) are held.
@@ -190,6 +195,9 @@ class EngineCore {
   // not yet covered (all of them right after AddSequence); 0 when unknown.
   int64_t CachedPrefixTokens(SequenceId id) const;
 
+  // The sequence capacity resolved at Create (EngineOptions::max_seq_len):
+  // AddSequence refuses a larger max_seq_len.
+  int64_t max_seq_len() const;
   const KvGeometry& Geometry() const;
   EngineStats Stats() const;
   // Bytes of the KV pool physically resident in memory, measured with

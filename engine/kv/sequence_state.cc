@@ -1,5 +1,7 @@
 #include "engine/kv/sequence_state.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pdserve {
@@ -56,6 +58,21 @@ absl::Status CheckDecodeCapacity(int64_t next_pos, int64_t max_seq_len) {
                      max_seq_len));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ResolveMaxSeqLen(int64_t requested,
+                                         int64_t model_context,
+                                         int64_t pool_tokens) {
+  int64_t capacity = requested;
+  if (requested == 0) {
+    capacity = model_context > 0 ? std::min(model_context, pool_tokens)
+                                 : pool_tokens;
+  }
+  if (absl::Status s = CheckMaxSeqLen(capacity, model_context, pool_tokens);
+      !s.ok()) {
+    return s;
+  }
+  return capacity;
 }
 
 absl::Status CheckMaxSeqLen(int64_t max_seq_len, int64_t model_context,

@@ -41,6 +41,15 @@ absl::Status CheckMaskPrefix(absl::Span<const int32_t> mask);
 absl::Status CheckDecodeCapacity(int64_t next_pos, int64_t max_seq_len);
 absl::Status CheckMaxSeqLen(int64_t max_seq_len, int64_t model_context,
                             int64_t pool_tokens);
+// The engine's sequence capacity, the one capacity a user writes
+// (--max-seq-len): `requested` tokens (prompt + generated), or when it is 0
+// the model's context length capped by the pool's tokens. The only place
+// that rule lives: EngineInfo.max_seq_len carries the result to the
+// scheduler and the front end. INVALID_ARGUMENT (CheckMaxSeqLen's messages)
+// for a request below 0, above the context length or above the pool.
+absl::StatusOr<int64_t> ResolveMaxSeqLen(int64_t requested,
+                                         int64_t model_context,
+                                         int64_t pool_tokens);
 
 // A fixed-width validity mask of `capacity` (= max_seq_len) positions with
 // prefix semantics: positions [0, next_pos) are valid, the rest not.

@@ -97,6 +97,7 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   options.page_size = flags.page_size;
   options.max_sequences = flags.max_sequences;
   options.max_step_tokens = flags.max_step_tokens;
+  options.max_seq_len = flags.max_seq_len;
   options.prefix_cache = flags.prefix_cache;
   const int64_t threads = flags.threads > 0
                               ? flags.threads
@@ -129,10 +130,11 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   rpc::SetServing(*server->server, {"pdserve.v1.Engine"}, true);
   const KvGeometry& g = (*core)->Geometry();
   std::printf(
-      "pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens) on "
-      "%s\n",
-      name.c_str(), flags.host.c_str(), server->port,
-      g.num_pages, g.page_size, (*core)->Describe().c_str());
+      "pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens, "
+      "max-seq-len %ld) on %s\n",
+      name.c_str(), flags.host.c_str(), server->port, g.num_pages,
+      g.page_size, static_cast<long>((*core)->max_seq_len()),
+      (*core)->Describe().c_str());
   std::fflush(stdout);
 
   process::WaitForTerminationSignal();

@@ -48,8 +48,7 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   const ModelConfig& config = core_->model_config();
   resp->set_model(model_name_);
   resp->set_vocab_size(static_cast<int32_t>(config.vocab_size));
-  resp->set_max_seq_len(
-      static_cast<int32_t>(std::min<int64_t>(g.max_context, g.total_tokens)));
+  resp->set_max_seq_len(static_cast<int32_t>(core_->max_seq_len()));
   resp->set_page_size(static_cast<int32_t>(g.page_size));
   resp->set_total_pages(stats.pool.total_pages);
   resp->set_free_pages(stats.pool.free_pages);

@@ -158,8 +158,11 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
   }
   std::fflush(stdout);
 
-  // Health follows the scheduler's view of the engine.
+  // Health follows the scheduler's view of the engine, and so does the
+  // capacity: an engine that restarted with another --max-seq-len is
+  // enforced from the first status that reports it, before serving resumes.
   std::atomic<bool> stop{false};
+  ModelContext* context = model->get();
   std::thread watcher([&] {
     bool serving = true;
     while (!stop) {
@@ -169,6 +172,14 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
       v1::SchedulerStatus s;
       const bool ok = stub->GetStatus(&ctx, v1::GetStatusRequest(), &s).ok() &&
                       s.engine_ready();
+      if (ok && s.max_seq_len() > 0 &&
+          s.max_seq_len() != context->max_seq_len.load()) {
+        context->max_seq_len.store(s.max_seq_len());
+        std::fprintf(stderr,
+                     "pdserve frontend: the engine's capacity is now %d "
+                     "tokens\n",
+                     s.max_seq_len());
+      }
       if (ok != serving && !stop) {
         serving = ok;
         rpc::SetServing(*srv, kServices, ok);

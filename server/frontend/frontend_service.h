@@ -21,7 +21,8 @@ namespace pdserve::frontend {
 // detokenize with stop strings, cancel the scheduler request when the
 // client goes away), Tokenize, Detokenize and ListModels. Thread-safe; the
 // model context and the scheduler stub must outlive it. The capacity
-// (model->max_seq_len) is read once at construction.
+// (model->max_seq_len) is read once per request; the process keeps it equal
+// to the engine's.
 // Generate is registered raw (ByteBuffer in and out) so that a request whose
 // string fields hold invalid UTF-8, which protobuf refuses to parse, gets
 // INVALID_ARGUMENT naming the field and byte offset instead of a transport

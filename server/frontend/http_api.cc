@@ -298,7 +298,7 @@ void HttpApi::Tokenize(const http::Request& request,
     ids = std::move(*encoded);
   }
   RespondJson(Json{{"count", ids.size()},
-                   {"max_model_len", context_.model->max_seq_len},
+                   {"max_model_len", context_.model->max_seq_len.load()},
                    {"tokens", ids}},
               out);
 }

@@ -205,6 +205,9 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
                                                const ModelContext& model) {
+  // One reading of the capacity per request (the process refreshes it from
+  // the engine at every reconnection).
+  const int64_t capacity = model.max_seq_len.load();
   if (!req.model().empty() && req.model() != model.name) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model '%s' is not served here (serving '%s')", req.model(), model.name));
@@ -232,11 +235,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
         "top_logprobs %d must be in [0, %d]", req.top_logprobs(),
         kMaxTopLogprobs));
   }
-  if (req.max_tokens() < 0 || req.max_tokens() > model.max_seq_len) {
+  if (req.max_tokens() < 0 || req.max_tokens() > capacity) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_tokens %d must be in [1, %d] (the sequence capacity), or 0 for "
         "the rest of the capacity",
-        req.max_tokens(), model.max_seq_len));
+        req.max_tokens(), capacity));
   }
   PreparedRequest out;
   if (req.stop_size() > kMaxStopStrings) {
@@ -282,13 +285,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
   }
   const int64_t n = static_cast<int64_t>(out.prompt_ids.size());
   if (n == 0) return absl::InvalidArgumentError("the prompt encodes to 0 tokens");
-  if (n > model.max_seq_len) {
+  if (n > capacity) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt of %d tokens exceeds the sequence capacity of %d tokens", n,
-        model.max_seq_len));
+        capacity));
   }
   // The engine yields at most capacity - prompt + 1 tokens.
-  const int64_t room = model.max_seq_len - n + 1;
+  const int64_t room = capacity - n + 1;
   out.max_new_tokens = static_cast<int32_t>(
       req.max_tokens() == 0 ? room : std::min<int64_t>(req.max_tokens(), room));
   if (!req.ignore_eos()) out.stop_ids = tok.stop_ids();
@@ -323,7 +326,7 @@ v1::ModelInfo DescribeModel(const ModelContext& model) {
   v1::ModelInfo m;
   m.set_name(model.name);
   m.set_vocab_size(model.tokenizer->vocab_size());
-  m.set_max_seq_len(static_cast<int32_t>(model.max_seq_len));
+  m.set_max_seq_len(static_cast<int32_t>(model.max_seq_len.load()));
   m.set_has_chat_template(!model.tokenizer->chat_template().empty());
   return m;
 }

@@ -6,6 +6,7 @@
 #define PDSERVE_SERVER_FRONTEND_REQUEST_PREP_H_
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,7 +29,11 @@ struct ModelContext {
   // Special/added token texts that only the template may insert; in request
   // strings they are tokenized as plain text (no forged turn boundaries).
   std::vector<std::string> control_tokens;
-  int64_t max_seq_len = 0;  // sequence capacity (from the engine), tokens
+  // The sequence capacity in tokens: the engine's --max-seq-len
+  // (EngineInfo.max_seq_len, through the scheduler's status), written by the
+  // front end process whenever the scheduler reports a (re)connected engine;
+  // read once per request.
+  std::atomic<int64_t> max_seq_len{0};
 };
 
 // Limits on request fields beyond the model's.

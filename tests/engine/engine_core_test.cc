@@ -140,6 +140,33 @@ TEST_F(EngineCoreTest, AddSequenceChecks) {
   EXPECT_EQ(e->Stats().running, 1);
 }
 
+// --max-seq-len: the engine's capacity, below the context and the pool.
+TEST_F(EngineCoreTest, MaxSeqLenIsTheEnginesCapacity) {
+  std::unique_ptr<EngineCore> whole = MakeEngine(model_, &threads_, 1 << 20);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->max_seq_len(),
+            std::min<int64_t>(whole->model_config().max_context,
+                              whole->Geometry().total_tokens));
+  EngineOptions o;
+  o.kv_memory = {.bytes = 1 << 20};
+  o.max_seq_len = 24;
+  auto e = EngineCore::Create(model_, &threads_, o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->max_seq_len(), 24);
+  std::vector<int32_t> p = {5, 6, 7};
+  EXPECT_TRUE((*e)->AddSequence(1, p, 24, Greedy(), {}, 4).ok());
+  EXPECT_EQ((*e)->AddSequence(2, p, 25, Greedy(), {}, 4).message(),
+            "max_seq_len=25 exceeds the engine's sequence capacity of 24 "
+            "tokens (--max-seq-len)");
+  o.max_seq_len = 1 << 20;
+  auto too_big = EngineCore::Create(model_, &threads_, o);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(too_big.status().message()).find("--max-seq-len: "),
+            std::string::npos)
+      << too_big.status();
+}
+
 TEST_F(EngineCoreTest, PlanValidationChangesNothing) {
   std::unique_ptr<EngineCore> e = MakeEngine(model_, &threads_);
   ASSERT_NE(e, nullptr);

@@ -132,6 +132,19 @@ TEST(ContractTest, MaxSeqLenAgainstModelAndPool) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ContractTest, ResolveMaxSeqLenIsTheOneCapacityRule) {
+  EXPECT_EQ(*ResolveMaxSeqLen(0, 8192, 4096), 4096);    // capped by the pool
+  EXPECT_EQ(*ResolveMaxSeqLen(0, 2048, 4096), 2048);    // the context length
+  EXPECT_EQ(*ResolveMaxSeqLen(0, 0, 4096), 4096);       // no context known
+  EXPECT_EQ(*ResolveMaxSeqLen(1024, 8192, 4096), 1024);  // as written
+  EXPECT_EQ(ResolveMaxSeqLen(9000, 8192, 16384).status().message(),
+            "max_seq_len=9000 exceeds the model context length 8192");
+  EXPECT_EQ(ResolveMaxSeqLen(4096, 8192, 1024).status().message(),
+            "max_seq_len=4096 exceeds the KV pool capacity of 1024 tokens");
+  EXPECT_EQ(ResolveMaxSeqLen(-1, 8192, 1024).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FromMaskTest, RebuildsHandedOverSequence) {
   std::vector<int32_t> mask = {1, 1, 1, 0, 0, 0};
   absl::StatusOr<SequenceState> s = SequenceState::FromMask(mask, 6, 6, 2);
