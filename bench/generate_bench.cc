@@ -5,12 +5,14 @@
 //
 //   generate_bench --model A.gguf [--model B.gguf ...] [--threads 1,2]
 //                  [--prompt-tokens 512] [--decode-tokens 128] [--repeat 2]
-//                  [--depth N] [--chunk N]
+//                  [--depth N] [--chunk N] [--kv-dtype bf16]
 //
 // --depth: context the decode starts from (default: the prompt, i.e. decode
 // right after the timed prefill); a different depth is filled untimed.
 // --chunk: prefill chunk, tokens per forward pass (default: the prompt).
 // --decode-tokens 0 measures prefill only.
+// --kv-dtype: the KV cache's storage, f32|f16|bf16|q8_0 (default bf16, the
+// CPU engine's default).
 //
 // Each figure is the best of --repeat runs (after one warm-up pass that
 // pages the weights in); every run's seconds are listed too. Prompt ids are
@@ -30,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/loader/model_loader.h"
+#include "engine/model/attention_tiled.h"
 #include "engine/model/sequence_runner.h"
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
@@ -46,6 +49,7 @@ struct Args {
   int64_t depth = -1;  // -1: the prompt
   int64_t chunk = -1;  // -1: the prompt
   int repeat = 2;
+  KvDType kv_dtype = KvDType::kBF16;
 };
 
 bool ParseInt(const std::string& v, int64_t min, int64_t* out) {
@@ -77,6 +81,10 @@ bool Parse(int argc, char** argv, Args* a) {
       ok = ParseInt(v, 0, &a->depth);
     } else if (arg == "--chunk") {
       ok = ParseInt(v, 1, &a->chunk);
+    } else if (arg == "--kv-dtype") {
+      auto d = ParseKvDType(v);
+      ok = d.ok();
+      if (ok) a->kv_dtype = *d;
     } else if (arg == "--repeat") {
       ok = absl::SimpleAtoi(v, &a->repeat) && a->repeat >= 1;
     } else {
@@ -138,7 +146,8 @@ absl::StatusOr<nlohmann::json> Measure(const ModelWeights& w,
   ThreadPool pool(threads);
   const int64_t capacity =
       std::max(args.prompt_tokens, args.depth + args.decode_tokens);
-  auto runner = SequenceRunner::Create(w, pool, capacity, args.chunk);
+  auto runner =
+      SequenceRunner::Create(w, pool, capacity, args.chunk, args.kv_dtype);
   if (!runner.ok()) return runner.status();
   SequenceRunner& r = **runner;
   (void)r.Feed(absl::MakeConstSpan(prompt).subspan(
@@ -186,6 +195,9 @@ absl::StatusOr<nlohmann::json> Measure(const ModelWeights& w,
   row["threads"] = threads;
   row["prompt_tokens"] = args.prompt_tokens;
   row["chunk"] = args.chunk;
+  row["kv_dtype"] = KvDTypeName(args.kv_dtype);
+  row["kv_bytes_per_token"] = r.kv().bytes_per_token_per_layer() *
+                              r.kv().num_layers();
   row["prefill_tok_s"] = args.prompt_tokens / best_prefill;
   row["prefill_s"] = best_prefill;
   row["prefill_s_runs"] = prefill_s;
@@ -220,7 +232,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: generate_bench --model PATH [--model PATH ...] "
                  "[--threads 1,2] [--prompt-tokens 512] [--decode-tokens 128] "
-                 "[--repeat 2] [--depth N] [--chunk N]\n");
+                 "[--repeat 2] [--depth N] [--chunk N] "
+                 "[--kv-dtype f32|f16|bf16|q8_0]\n");
     return 2;
   }
   nlohmann::json out;
@@ -229,6 +242,8 @@ int Main(int argc, char** argv) {
   out["decode_tokens"] = args.decode_tokens;
   out["depth"] = args.depth;
   out["chunk"] = args.chunk;
+  out["kv_dtype"] = KvDTypeName(args.kv_dtype);
+  out["attention_isa"] = AttendTiledIsa();
   out["results"] = nlohmann::json::array();
   for (const std::string& path : args.models) {
     const int64_t rss_before_load = ProcStatusBytes("VmRSS:");

@@ -34,6 +34,8 @@ struct EngineProcessOptions {
   std::string device;     // cpu, cuda, cuda:N
   std::string kv_memory;  // fraction of free memory or bytes (512M, 2G)
   int64_t page_size = 0;
+  // --kv-dtype f32|f16|bf16|q8_0; empty = bf16 on the CPU, f32 on a device.
+  std::string kv_dtype;
   int64_t max_sequences = 0;
   int64_t max_step_tokens = 0;
   // The capacity of one sequence in tokens (prompt + generated): 0 = the

@@ -590,9 +590,18 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       };
     }
   }
+  const KvDType kv_dtype = options.kv_dtype.value_or(
+      options.device.is_cpu() ? KvDType::kBF16 : KvDType::kF32);
+  if (!options.device.is_cpu() && kv_dtype != KvDType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-dtype ", KvDTypeName(kv_dtype), " is not supported on ",
+        options.device.ToString(), ": the device KV cache is f32 only (use ",
+        "--kv-dtype f32 or leave it unset)"));
+  }
   absl::StatusOr<KvGeometry> geometry = ComputeKvGeometry(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
-      options.page_size, options.max_sequences, options.available_bytes);
+      options.page_size, options.max_sequences, options.available_bytes,
+      kv_dtype);
   if (!geometry.ok()) return geometry.status();
   absl::StatusOr<int64_t> capacity =
       ResolveMaxSeqLen(options.max_seq_len, weights->config.max_context,

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct EngineOptions {
   // context length capped by the pool's tokens (ResolveMaxSeqLen); Create
   // refuses more than either. max_seq_len() reports the result.
   int64_t max_seq_len = 0;
+  // --kv-dtype: how keys and values are stored; unset = bf16 on the CPU,
+  // f32 on a device (the CUDA backend stores f32 only and refuses others).
+  std::optional<KvDType> kv_dtype;
   int64_t page_size = 16;          // tokens per KV page
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total

@@ -19,6 +19,7 @@ KvModelShape KvModelShape::FromConfig(const ModelConfig& config) {
   KvModelShape shape;
   shape.num_attention_layers = config.num_kv_layers();
   shape.kv_dim = config.kv_dim();
+  shape.head_dim = config.head_dim;
   shape.max_context = config.max_context;
   // Hybrid models: KV for the full-attention layers only, and one state
   // slot per sequence laid out per linear layer as GatedDeltaNet reads it.
@@ -116,9 +117,16 @@ absl::StatusOr<int64_t> ResolveBudget(
 absl::StatusOr<KvGeometry> ComputeKvGeometry(
     const KvModelShape& shape, const KvMemoryBudget& budget, int64_t page_size,
     int64_t max_sequences,
-    const std::function<absl::StatusOr<int64_t>()>& available_bytes) {
+    const std::function<absl::StatusOr<int64_t>()>& available_bytes,
+    KvDType dtype) {
   if (absl::Status s = CheckShape(shape, page_size, max_sequences); !s.ok()) {
     return s;
+  }
+  const int64_t head_dim = shape.head_dim > 0 ? shape.head_dim : shape.kv_dim;
+  if (shape.num_attention_layers > 0) {
+    if (absl::Status s = CheckKvDType(dtype, shape.kv_dim, head_dim); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<int64_t> resolved = ResolveBudget(budget, available_bytes);
   if (!resolved.ok()) return resolved.status();
@@ -126,11 +134,13 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
   KvGeometry g;
   g.num_layers = shape.num_attention_layers;
   g.kv_dim = shape.kv_dim;
+  g.head_dim = head_dim;
+  g.dtype = dtype;
   g.page_size = page_size;
   g.max_context = shape.max_context;
   g.max_sequences = max_sequences;
   g.budget_bytes = *resolved;
-  g.bytes_per_token_per_layer = 2 * shape.kv_dim * 4;
+  g.bytes_per_token_per_layer = 2 * KvRowBytes(dtype, shape.kv_dim);
   g.bytes_per_token = g.bytes_per_token_per_layer * shape.num_attention_layers;
   g.bytes_per_page = RoundUpToOsPage(g.bytes_per_token * page_size);
   g.linear_state_bytes_per_sequence =
@@ -262,13 +272,14 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::CreateMapped(
   if (geometry.num_pages > 0) {
     absl::StatusOr<std::unique_ptr<KvStorage>> s =
         KvStorage::Create(geometry.num_layers, geometry.kv_dim,
-                          geometry.page_size, geometry.num_pages);
+                          geometry.page_size, geometry.num_pages,
+                          geometry.dtype, geometry.head_dim);
     if (!s.ok()) return s.status();
     storage = std::move(*s);
-    if (storage->page_stride_floats() * 4 != geometry.bytes_per_page) {
+    if (storage->page_stride_bytes() != geometry.bytes_per_page) {
       return absl::InvalidArgumentError(absl::StrCat(
           "geometry page bytes ", geometry.bytes_per_page,
-          " != storage page stride ", storage->page_stride_floats() * 4));
+          " != storage page stride ", storage->page_stride_bytes()));
     }
   }
   float* state = nullptr;

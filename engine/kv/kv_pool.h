@@ -31,6 +31,7 @@ namespace pdserve {
 struct KvModelShape {
   int64_t num_attention_layers = 0;    // layers with a KV cache
   int64_t kv_dim = 0;                  // num_kv_heads * head_dim
+  int64_t head_dim = 0;                // 0: kv_dim (one head)
   int64_t max_context = 0;             // the model's trained context length
   int64_t num_linear_layers = 0;       // linear-attention (e.g. Gated DeltaNet)
   int64_t conv_state_floats = 0;       // per linear layer, per sequence
@@ -47,10 +48,12 @@ struct KvMemoryBudget {
 };
 
 // Pool geometry, a plain value reported to callers (engine info, metrics).
-// All byte counts are for f32 keys and values.
+// Byte counts are for keys and values stored as `dtype`.
 struct KvGeometry {
   int64_t num_layers = 0;  // attention layers
   int64_t kv_dim = 0;
+  int64_t head_dim = 0;    // elements per kv head
+  KvDType dtype = KvDType::kF32;
   int64_t page_size = 0;                  // tokens per page
   int64_t bytes_per_token_per_layer = 0;  // key + value
   int64_t bytes_per_token = 0;            // all layers
@@ -70,16 +73,19 @@ absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo);
 // Reads /proc/meminfo (the default source of free memory on the CPU).
 absl::StatusOr<int64_t> ReadMemAvailableBytes();
 
-// Computes the geometry. Pure: `available_bytes` is consulted only for a
-// fractional budget (inject a fake in tests). Linear-attention state slots
+// Computes the geometry for keys and values stored as `dtype`. Pure:
+// `available_bytes` is consulted only for a fractional budget (inject a fake
+// in tests). Linear-attention state slots
 // for `max_sequences` are paid out of the budget first; the rest is KV pages.
 // Errors (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the numbers: bad
 // shape, page_size <= 0, budget not set or both set, fraction outside
-// (0, 1], a budget too small for one page.
+// (0, 1], a budget too small for one page, a dtype the head dimension does
+// not fit (CheckKvDType).
 absl::StatusOr<KvGeometry> ComputeKvGeometry(
     const KvModelShape& shape, const KvMemoryBudget& budget, int64_t page_size,
     int64_t max_sequences,
-    const std::function<absl::StatusOr<int64_t>()>& available_bytes);
+    const std::function<absl::StatusOr<int64_t>()>& available_bytes,
+    KvDType dtype = KvDType::kF32);
 
 // O(1) allocator of page indices [0, num_pages) with reference counts (a
 // page shared by several sequences through the prefix cache is freed by the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/model/attention_tiled.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
@@ -111,12 +112,18 @@ int64_t RoundUp(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 }  // namespace
 
-int64_t AttentionScratchFloats(int64_t max_positions, int64_t head_dim) {
+int64_t AttentionScratchFloats(int64_t max_positions, int64_t head_dim,
+                               KvDType dtype, int64_t group) {
+  if (dtype != KvDType::kF32) return AttendTiledScratchFloats(head_dim, group);
   const int64_t scores = RoundUp(max_positions);
   return FastPath(head_dim) ? scores + scores * head_dim : scores;
 }
 
 void AttendBlock(const AttentionBlock& b, float* scratch) {
+  if (b.kv->dtype() != KvDType::kF32) {
+    AttendTiled(b, scratch);
+    return;
+  }
   if (!FastPath(b.head_dim)) {
     AttendGeneric(b, scratch);
     return;

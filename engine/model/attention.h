@@ -1,5 +1,7 @@
-// Causal grouped-query attention of new tokens over a paged f32 KV cache
-// (CPU). Used by ForwardPass; one call covers a block of query rows of one
+// Causal grouped-query attention of new tokens over a paged KV cache (CPU),
+// any KvDType: f32 runs the original per-query kernel below, the 16- and
+// 8-bit types the tiled kernels of attention_tiled.h (reading the cache's
+// own layout, no f32 copy of it). Used by ForwardPass; one call covers a block of query rows of one
 // sequence and one key/value head with its group of query heads.
 #ifndef PDSERVE_ENGINE_MODEL_ATTENTION_H_
 #define PDSERVE_ENGINE_MODEL_ATTENTION_H_
@@ -28,8 +30,11 @@ struct AttentionBlock {
 };
 
 // Floats of per-thread scratch AttendBlock needs for sequences of up to
-// `max_positions` positions: scores, plus transposed keys.
-int64_t AttentionScratchFloats(int64_t max_positions, int64_t head_dim);
+// `max_positions` positions with `group` query heads per kv head: f32
+// scores plus transposed keys; for the other dtypes a few tiles.
+int64_t AttentionScratchFloats(int64_t max_positions, int64_t head_dim,
+                               KvDType dtype = KvDType::kF32,
+                               int64_t group = 1);
 
 // For each row r and query head h of the kv head's group: softmax over
 // positions [0, start_pos + r] of q.k / sqrt(head_dim), times the values.
@@ -37,7 +42,8 @@ int64_t AttentionScratchFloats(int64_t max_positions, int64_t head_dim);
 // result depends only on its own q, position and the cache contents (fixed
 // operation order, no FMA contraction), never on the block it is computed
 // in or the CPU's SIMD level: batch invariant. `scratch` holds
-// AttentionScratchFloats(start_pos + row_end, head_dim) floats.
+// AttentionScratchFloats(start_pos + row_end, head_dim, dtype, group)
+// floats.
 void AttendBlock(const AttentionBlock& b, float* scratch);
 
 }  // namespace pdserve

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/attention.h"
+#include "engine/model/attention_tiled.h"
 #include "engine/model/mrope.h"
 #include "engine/model/span_validation.h"
 #include "kernels/matmul.h"
@@ -19,6 +20,10 @@ namespace {
 // Query rows per attention work item: small enough to balance threads on a
 // single long prefill, large enough to amortise the scheduling.
 constexpr int64_t kAttnRowChunk = 16;
+// Split over the context (16- and 8-bit KV): spans of at most one row chunk
+// whose keys span more than one segment are split into one work item per
+// segment and kv head, for up to this many rows per step.
+constexpr int64_t kMaxSplitRows = 16;
 
 int64_t MatrixBytes(const WeightView& w) {
   return w.empty() ? 0 : w.rows * w.row_bytes;
@@ -70,6 +75,12 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
     const ModelWeights& weights, KvStorage& kv, ThreadPool& pool,
     int64_t max_batch_tokens) {
   const ModelConfig& c = weights.config;
+  if (kv.dtype() != KvDType::kF32 && kv.head_dim() != c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV storage (", KvDTypeName(kv.dtype()), ") has heads of ",
+        kv.head_dim(), " elements; model ", c.name, " has head_dim ",
+        c.head_dim));
+  }
   if (kv.num_layers() != c.num_kv_layers() || kv.kv_dim() != c.kv_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV storage has ", kv.num_layers(), " layers of kv_dim ", kv.kv_dim(),
@@ -158,8 +169,20 @@ ForwardPass::ForwardPass(const ModelWeights& weights, KvStorage& kv,
   row_in_span_.resize(n);
   logit_src_.resize(n);
   span_first_row_.resize(n + 1);
-  items_.resize((n + n / kAttnRowChunk + 1) * c.num_kv_heads);
-  scratch_per_thread_ = AttentionScratchFloats(max_positions_, c.head_dim);
+  const int64_t group = c.num_heads / std::max<int64_t>(1, c.num_kv_heads);
+  split_ok_ = kv.dtype() != KvDType::kF32 && AttendTiledVectorized(c.head_dim);
+  max_segments_ = AttnSegments(max_positions_);
+  if (split_ok_) {
+    partials_.resize(static_cast<size_t>(kMaxSplitRows * c.num_heads *
+                                         max_segments_ *
+                                         AttnPartialFloats(c.head_dim)));
+    splits_.resize(static_cast<size_t>(kMaxSplitRows * c.num_kv_heads));
+  }
+  items_.resize((n + n / kAttnRowChunk + 1) * c.num_kv_heads +
+                (split_ok_ ? kMaxSplitRows * max_segments_ * c.num_kv_heads
+                           : 0));
+  scratch_per_thread_ = AttentionScratchFloats(max_positions_, c.head_dim,
+                                               kv.dtype(), group);
   scratch_.resize(static_cast<size_t>(pool_.num_threads()) *
                   scratch_per_thread_);
   for (const LayerWeights& lw : weights_.layers) {
@@ -360,11 +383,10 @@ void ForwardPass::AttentionLayer(int64_t layer, const LayerWeights& lw,
       }
     }
   }
-  QkNormAndRope(lw);
   // KV storage layer: full-attention layers are numbered without the linear
   // ones (hybrid models); identical to `layer` for dense models.
   const int64_t kv_layer = layer - (gdn_ ? linear_before_[layer] : 0);
-  StoreKv(kv_layer, batch);
+  QkNormRopeAndStore(lw, kv_layer, batch);
   Attention(kv_layer, batch);
   if (c.attn_output_gate) {
     pool_.ParallelFor(rows * qd, 1024, [&](int64_t b, int64_t e) {
@@ -390,11 +412,13 @@ void ForwardPass::DenseFfn(const LayerWeights& lw, int64_t rows) {
   MatMul(lw.w_down, gate_.data(), inter, rows, proj_.data(), hidden, pool_);
 }
 
-void ForwardPass::QkNormAndRope(const LayerWeights& lw) {
+void ForwardPass::QkNormRopeAndStore(const LayerWeights& lw, int64_t layer,
+                                     absl::Span<const SequenceSpan> batch) {
   const ModelConfig& c = weights_.config;
   const int64_t hd = c.head_dim;
   const int64_t half = c.rope_dims / 2;
   const int64_t n = rows_;
+  const int64_t ps = kv_.page_size();
   pool_.ParallelFor(n, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* q = q_.data() + r * c.q_dim();
@@ -411,69 +435,113 @@ void ForwardPass::QkNormAndRope(const LayerWeights& lw) {
       const float* sn = rope_sin_.data() + r * half;
       RotateHeads(q, c.num_heads, hd, half, cs, sn, c.rope_style);
       RotateHeads(k, c.num_kv_heads, hd, half, cs, sn, c.rope_style);
+      // The fused KV store: this row's key and value, in the cache's dtype.
+      const SequenceSpan& s = batch[row_span_[r]];
+      const int64_t pos = s.start_pos + row_in_span_[r];
+      kv_.Write(s.page_table[pos / ps], layer, pos % ps, k,
+                v_.data() + r * c.kv_dim());
     }
   });
 }
 
-void ForwardPass::StoreKv(int64_t layer, absl::Span<const SequenceSpan> batch) {
-  const int64_t kv_dim = weights_.config.kv_dim();
-  const int64_t ps = kv_.page_size();
-  for (int64_t r = 0; r < rows_; ++r) {
-    const SequenceSpan& s = batch[row_span_[r]];
-    const int64_t pos = s.start_pos + row_in_span_[r];
-    const int32_t page = s.page_table[pos / ps];
-    const int64_t slot = pos % ps;
-    std::memcpy(kv_.keys(page, layer) + slot * kv_dim,
-                k_.data() + r * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(kv_.values(page, layer) + slot * kv_dim,
-                v_.data() + r * kv_dim, kv_dim * sizeof(float));
-  }
-}
-
-void ForwardPass::Attention(int64_t layer,
-                            absl::Span<const SequenceSpan> batch) {
+void ForwardPass::PlanAttention(absl::Span<const SequenceSpan> batch) {
   const int64_t kv_heads = weights_.config.num_kv_heads;
+  const int64_t q_per_row = weights_.config.num_heads;
+  const int64_t rec_n = AttnPartialFloats(weights_.config.head_dim);
   num_items_ = 0;
+  num_splits_ = 0;
+  int64_t split_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    for (int64_t b = 0; b < batch[i].size(); b += kAttnRowChunk) {
-      const int64_t e = std::min(batch[i].size(), b + kAttnRowChunk);
+    const int64_t size = batch[i].size();
+    const int64_t segs = AttnSegments(batch[i].start_pos + size);
+    if (split_ok_ && size <= kAttnRowChunk && segs > 1 &&
+        split_rows + size <= kMaxSplitRows) {
+      // One item per (kv head, segment), partial records at `offset`.
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const int64_t offset =
+            (split_rows * q_per_row + h * size * (q_per_row / kv_heads)) *
+            max_segments_ * rec_n;
+        splits_[num_splits_++] = {static_cast<int32_t>(i),
+                                  static_cast<int32_t>(h), offset};
+        for (int64_t sg = 0; sg < segs; ++sg) {
+          items_[num_items_++] = {static_cast<int32_t>(i),
+                                  static_cast<int32_t>(h), 0,
+                                  static_cast<int32_t>(size),
+                                  static_cast<int32_t>(sg), offset};
+        }
+      }
+      split_rows += size;
+      continue;
+    }
+    for (int64_t b = 0; b < size; b += kAttnRowChunk) {
+      const int64_t e = std::min(size, b + kAttnRowChunk);
       for (int64_t h = 0; h < kv_heads; ++h) {
         items_[num_items_++] = {static_cast<int32_t>(i),
                                 static_cast<int32_t>(h),
                                 static_cast<int32_t>(b),
-                                static_cast<int32_t>(e)};
+                                static_cast<int32_t>(e), -1, -1};
       }
     }
   }
+}
+
+AttentionBlock ForwardPass::BlockFor(int64_t layer, const SequenceSpan& span,
+                                     int64_t span_index, int32_t kv_head,
+                                     int32_t row_begin,
+                                     int32_t row_end) {
+  const ModelConfig& c = weights_.config;
+  const int64_t first = span_first_row_[span_index];
+  AttentionBlock block;
+  block.kv = &kv_;
+  block.layer = layer;
+  block.page_table = span.page_table;
+  block.start_pos = span.start_pos;
+  block.row_begin = row_begin;
+  block.row_end = row_end;
+  block.kv_head = kv_head;
+  block.group = c.num_heads / c.num_kv_heads;
+  block.head_dim = c.head_dim;
+  block.q = q_.data() + first * c.q_dim();
+  block.q_stride = c.q_dim();
+  block.out = attn_.data() + first * c.q_dim();
+  return block;
+}
+
+void ForwardPass::Attention(int64_t layer,
+                            absl::Span<const SequenceSpan> batch) {
+  PlanAttention(batch);
   next_item_.store(0, std::memory_order_relaxed);
   // Dynamic scheduling: each thread takes the next item and uses its own
-  // score buffer. Every query row is computed by the same code in the same
-  // order whichever thread takes it, so results do not depend on the split.
-  const ModelConfig& c = weights_.config;
+  // scratch. Every query row is computed by the same code in the same
+  // order whichever thread takes it, and a split query's segments are
+  // merged in order afterwards, so results do not depend on the split.
   pool_.RunOnAll([&](int thread) {
     float* scratch = scratch_.data() + thread * scratch_per_thread_;
     for (;;) {
       const int64_t it = next_item_.fetch_add(1, std::memory_order_relaxed);
       if (it >= num_items_) break;
       const AttnItem& item = items_[it];
-      const SequenceSpan& span = batch[item.span];
-      const int64_t first = span_first_row_[item.span];
-      AttentionBlock block;
-      block.kv = &kv_;
-      block.layer = layer;
-      block.page_table = span.page_table;
-      block.start_pos = span.start_pos;
-      block.row_begin = item.row_begin;
-      block.row_end = item.row_end;
-      block.kv_head = item.kv_head;
-      block.group = c.num_heads / c.num_kv_heads;
-      block.head_dim = c.head_dim;
-      block.q = q_.data() + first * c.q_dim();
-      block.q_stride = c.q_dim();
-      block.out = attn_.data() + first * c.q_dim();
-      AttendBlock(block, scratch);
+      const AttentionBlock block =
+          BlockFor(layer, batch[item.span], item.span, item.kv_head,
+                   item.row_begin, item.row_end);
+      if (item.segment < 0) {
+        AttendBlock(block, scratch);
+      } else {
+        AttendTiledPartial(block, item.segment, item.segment + 1,
+                           partials_.data() + item.partial_offset,
+                           max_segments_, scratch);
+      }
     }
   });
+  for (int64_t i = 0; i < num_splits_; ++i) {
+    const SplitSpan& sp = splits_[i];
+    const SequenceSpan& span = batch[sp.span];
+    const AttentionBlock block =
+        BlockFor(layer, span, sp.span, sp.kv_head, 0,
+                 static_cast<int32_t>(span.size()));
+    CombineAttnPartials(block, partials_.data() + sp.partial_offset,
+                        max_segments_);
+  }
 }
 
 void ForwardPass::LmHead(absl::Span<const SequenceSpan> batch,
@@ -513,7 +581,7 @@ void ForwardPass::Account(absl::Span<const SequenceSpan> batch,
                         (logit_rows > 0 ? lm_head_bytes_ : 0);
   // Only full-attention layers read and write KV (hybrid models).
   const int64_t attn_layers = c.num_layers - c.num_linear_layers();
-  const int64_t kv_token_bytes = attn_layers * 2 * c.kv_dim() * 4;
+  const int64_t kv_token_bytes = attn_layers * kv_.bytes_per_token_per_layer();
   int64_t attn_macs = 0;
   for (const SequenceSpan& span : batch) {
     s.kv_bytes_read += (span.start_pos + span.size()) * kv_token_bytes;

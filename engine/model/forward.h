@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/model/attention.h"
 #include "engine/model/gated_deltanet.h"
 #include "engine/model/moe.h"
 #include "engine/model/packed_weights.h"
@@ -122,6 +123,14 @@ class ForwardPass {
     int32_t kv_head;
     int32_t row_begin;  // rows (tokens) of the span, relative
     int32_t row_end;
+    int32_t segment;         // split over the context: the key segment;
+                             // -1: the whole block
+    int64_t partial_offset;  // split: its records in partials_
+  };
+  struct SplitSpan {  // a (span, kv head) whose items wrote partial records
+    int32_t span;
+    int32_t kv_head;
+    int64_t partial_offset;
   };
 
   absl::Status Validate(absl::Span<const SequenceSpan> batch,
@@ -129,8 +138,14 @@ class ForwardPass {
   void Embed(absl::Span<const SequenceSpan> batch);
   void PrepareRope(absl::Span<const SequenceSpan> batch);
   void Layer(int64_t layer, absl::Span<const SequenceSpan> batch);
-  void QkNormAndRope(const LayerWeights& lw);
-  void StoreKv(int64_t layer, absl::Span<const SequenceSpan> batch);
+  // Q/K norms and RoPE, then each row's key and value stored in the KV
+  // cache (converted to its dtype) in the same pass.
+  void QkNormRopeAndStore(const LayerWeights& lw, int64_t layer,
+                          absl::Span<const SequenceSpan> batch);
+  void PlanAttention(absl::Span<const SequenceSpan> batch);
+  AttentionBlock BlockFor(int64_t layer, const SequenceSpan& span,
+                          int64_t span_index, int32_t kv_head,
+                          int32_t row_begin, int32_t row_end);
   void Attention(int64_t layer, absl::Span<const SequenceSpan> batch);
   void LmHead(absl::Span<const SequenceSpan> batch, float* logits);
   void RmsNormRows(const float* x, const float* w, int64_t rows, float* out);
@@ -172,6 +187,13 @@ class ForwardPass {
   std::vector<int64_t> span_first_row_;  // [max_tokens] first batch row
   std::vector<AttnItem> items_;          // capacity fixed at construction
   int64_t num_items_ = 0;
+  // Split over the context (16/8-bit KV): partial records
+  // [split rows][heads][max_segments_][m, l, o] and the spans to combine.
+  bool split_ok_ = false;
+  int64_t max_segments_ = 0;
+  std::vector<float> partials_;
+  std::vector<SplitSpan> splits_;
+  int64_t num_splits_ = 0;
   // Attention scratch (scores, transposed keys), per thread.
   int64_t scratch_per_thread_ = 0;
   std::vector<float> scratch_;

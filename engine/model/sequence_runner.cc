@@ -12,15 +12,22 @@ constexpr int64_t kPageSize = 16;
 
 absl::StatusOr<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(
     const ModelWeights& weights, ThreadPool& pool, int64_t capacity,
-    int64_t max_chunk) {
+    int64_t max_chunk, KvDType kv_dtype) {
   const int64_t context = weights.config.max_context;
   if (capacity < 1 || max_chunk < 1 || (context > 0 && capacity > context)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sequence capacity ", capacity, " must be in [1, ", context,
         "] (the model's context) and max_chunk ", max_chunk, " >= 1"));
   }
+  const ModelConfig& c = weights.config;
+  if (c.num_kv_layers() > 0) {
+    if (absl::Status s = CheckKvDType(kv_dtype, c.kv_dim(), c.head_dim);
+        !s.ok()) {
+      return s;
+    }
+  }
   auto runner = std::unique_ptr<SequenceRunner>(
-      new SequenceRunner(weights, pool, capacity, max_chunk));
+      new SequenceRunner(weights, pool, capacity, max_chunk, kv_dtype));
   auto fp = ForwardPass::Create(weights, runner->kv_, pool,
                                 std::min(capacity, max_chunk));
   if (!fp.ok()) return fp.status();
@@ -29,12 +36,14 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(
 }
 
 SequenceRunner::SequenceRunner(const ModelWeights& weights, ThreadPool& pool,
-                               int64_t capacity, int64_t max_chunk)
+                               int64_t capacity, int64_t max_chunk,
+                               KvDType kv_dtype)
     : weights_(weights),
       capacity_(capacity),
       max_chunk_(max_chunk),
       kv_(weights.config.num_kv_layers(), weights.config.kv_dim(), kPageSize,
-          (capacity + kPageSize - 1) / kPageSize),
+          (capacity + kPageSize - 1) / kPageSize, kv_dtype,
+          weights.config.head_dim),
       pages_((capacity + kPageSize - 1) / kPageSize),
       logits_(weights.config.vocab_size),
       linear_state_(weights.config.linear_state_floats()) {

@@ -23,11 +23,12 @@ namespace pdserve {
 // `weights` and `pool` must outlive it.
 class SequenceRunner {
  public:
-  // INVALID_ARGUMENT when capacity or max_chunk < 1, or capacity exceeds the
-  // model's context length.
+  // Keys and values are stored as `kv_dtype`. INVALID_ARGUMENT when
+  // capacity or max_chunk < 1, capacity exceeds the model's context length,
+  // or the dtype cannot store the model's heads (CheckKvDType).
   static absl::StatusOr<std::unique_ptr<SequenceRunner>> Create(
       const ModelWeights& weights, ThreadPool& pool, int64_t capacity,
-      int64_t max_chunk);
+      int64_t max_chunk, KvDType kv_dtype = KvDType::kF32);
 
   // Processes `tokens` at the current position (in chunks of max_chunk).
   // Returns the logits (vocab floats) of the last token, valid until the
@@ -42,10 +43,11 @@ class SequenceRunner {
   int64_t position() const { return position_; }
   int64_t capacity() const { return capacity_; }
   const ForwardStats& stats() const { return stats_; }
+  const KvStorage& kv() const { return kv_; }
 
  private:
   SequenceRunner(const ModelWeights& weights, ThreadPool& pool,
-                 int64_t capacity, int64_t max_chunk);
+                 int64_t capacity, int64_t max_chunk, KvDType kv_dtype);
 
   const ModelWeights& weights_;
   int64_t capacity_;

@@ -94,6 +94,11 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   auto device = ParseDeviceSpec(flags.device);
   if (!device.ok()) return Fail("flags", device.status());
   options.device = *device;
+  if (!flags.kv_dtype.empty()) {
+    auto dtype = ParseKvDType(flags.kv_dtype);
+    if (!dtype.ok()) return Fail("flags", dtype.status());
+    options.kv_dtype = *dtype;
+  }
   options.page_size = flags.page_size;
   options.max_sequences = flags.max_sequences;
   options.max_step_tokens = flags.max_step_tokens;
@@ -131,9 +136,10 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   const KvGeometry& g = (*core)->Geometry();
   std::printf(
       "pdserve engine: serving %s on %s:%d (%ld KV pages of %ld tokens, "
-      "max-seq-len %ld) on %s\n",
+      "max-seq-len %ld, %s keys/values, %ld bytes per token) on %s\n",
       name.c_str(), flags.host.c_str(), server->port, g.num_pages,
       g.page_size, static_cast<long>((*core)->max_seq_len()),
+      KvDTypeName(g.dtype), static_cast<long>(g.bytes_per_token),
       (*core)->Describe().c_str());
   std::fflush(stdout);
 

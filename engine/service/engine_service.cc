@@ -62,6 +62,8 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   resp->set_prefix_cache_query_tokens(stats.prefix_query_tokens);
   resp->set_prefix_cache_hit_tokens(stats.prefix_hit_tokens);
   resp->set_cached_pages(stats.pool.cached_pages);
+  resp->set_kv_dtype(KvDTypeName(g.dtype));
+  resp->set_kv_bytes_per_token(g.bytes_per_token);
   return grpc::Status::OK;
 }
 

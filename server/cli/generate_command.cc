@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +47,8 @@ constexpr char kUsage[] =
     "  --threads K           worker threads (default: all cores)\n"
     "  --device D            cpu (default), cuda or cuda:N (CUDA plugin)\n"
     "  --batch N             prefill chunk size (default 512)\n"
+    "  --kv-dtype T          KV cache storage: bf16 (default on the CPU), f16,\n"
+    "                        q8_0 or f32 (the default and only choice on a device)\n"
     "  --ids                 print generated token ids instead of text\n"
     "  --ignore-eos          do not stop at end-of-sequence tokens\n";
 
@@ -55,6 +58,7 @@ struct Options {
   int64_t n = 64, threads = 0, batch = 512;
   SamplingParams sampling;
   DeviceSpec device;
+  std::optional<KvDType> kv_dtype;  // unset: bf16 on the CPU, f32 on a device
 };
 
 // Parses argv; returns an error message (empty on success).
@@ -111,6 +115,14 @@ std::string ParseArgs(int argc, char** argv, Options* o) {
         err = "--device needs cpu, cuda or cuda:N";
       } else if (auto d = ParseDeviceSpec(v); d.ok()) {
         o->device = *d;
+      } else {
+        err = std::string(d.status().message());
+      }
+    } else if (arg == "--kv-dtype") {
+      if (!value(&v)) {
+        err = "--kv-dtype needs f32, f16, bf16 or q8_0";
+      } else if (auto d = ParseKvDType(v); d.ok()) {
+        o->kv_dtype = *d;
       } else {
         err = std::string(d.status().message());
       }
@@ -220,7 +232,8 @@ class CpuSource : public TokenSource {
   static absl::StatusOr<std::unique_ptr<CpuSource>> Create(
       const ModelWeights& w, ThreadPool& pool, int64_t capacity,
       const Options& o, const std::vector<int32_t>& stops) {
-    auto runner = SequenceRunner::Create(w, pool, capacity, o.batch);
+    auto runner = SequenceRunner::Create(
+        w, pool, capacity, o.batch, o.kv_dtype.value_or(KvDType::kBF16));
     if (!runner.ok()) return runner.status();
     auto sampler = Sampler::Create(o.sampling, w.config.vocab_size);
     if (!sampler.ok()) return sampler.status();
@@ -272,12 +285,15 @@ class EngineSource : public TokenSource {
       const Options& o, const std::vector<int32_t>& stops) {
     EngineOptions eo;
     eo.device = o.device;
+    eo.kv_dtype = o.kv_dtype;
     eo.max_sequences = 1;
     eo.max_step_tokens = o.batch;
     // Room for `capacity` tokens (+ a page of slack) and one state slot.
     const KvModelShape shape = KvModelShape::FromConfig(w->config);
-    const int64_t page_bytes = RoundUpToOsPage(shape.num_attention_layers * 2 *
-                                               shape.kv_dim * 4 * eo.page_size);
+    const int64_t page_bytes = RoundUpToOsPage(
+        shape.num_attention_layers * 2 *
+        KvRowBytes(o.kv_dtype.value_or(KvDType::kF32), shape.kv_dim) *
+        eo.page_size);
     const int64_t state_bytes = RoundUpToOsPage(
         shape.num_linear_layers *
         (shape.conv_state_floats + shape.recurrent_state_floats) * 4);

@@ -49,6 +49,8 @@ EngineOptions Options(const DeviceSpec& device) {
   o.max_sequences = 4;
   o.max_step_tokens = 64;
   o.device = device;
+  // Like for like: the device KV cache is f32, the CPU default bf16.
+  o.kv_dtype = KvDType::kF32;
   if (!device.is_cpu()) o.backend_plugin_path = PDSERVE_TEST_PLUGIN;
   return o;
 }
@@ -303,4 +305,16 @@ TEST(BackendEngineTest, MissingPluginFailsCreate) {
 }
 
 }  // namespace
+TEST(BackendEngineTest, DeviceRefuses16BitKvWithAClearError) {
+  std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(27);
+  ThreadPool threads(1);
+  EngineOptions o = Options(kCuda0);
+  o.kv_dtype = KvDType::kBF16;
+  auto core = EngineCore::Create(w, &threads, o);
+  ASSERT_FALSE(core.ok());
+  EXPECT_EQ(core.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(core.status().message()),
+              HasSubstr("--kv-dtype bf16 is not supported on cuda:0"));
+}
+
 }  // namespace pdserve

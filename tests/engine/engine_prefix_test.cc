@@ -26,7 +26,8 @@ struct SeqRun {
   int64_t steps = 0;
 };
 
-class EnginePrefixTest : public ::testing::Test {
+// Every KV dtype: cached pages hold the dtype's bytes, reused as they are.
+class EnginePrefixTest : public ::testing::TestWithParam<KvDType> {
  protected:
   std::unique_ptr<EngineCore> Make(bool prefix_cache, int64_t kv_bytes) {
     EngineOptions o;
@@ -35,6 +36,7 @@ class EnginePrefixTest : public ::testing::Test {
     o.max_step_tokens = 256;
     o.page_size = 16;
     o.prefix_cache = prefix_cache;
+    o.kv_dtype = GetParam();
     auto e = EngineCore::Create(model_, &threads_, std::move(o));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -112,7 +114,7 @@ class EnginePrefixTest : public ::testing::Test {
   ThreadPool threads_{2};
 };
 
-TEST_F(EnginePrefixTest, SharedPrefixGivesTheSameOutputAndSkipsItsCompute) {
+TEST_P(EnginePrefixTest, SharedPrefixGivesTheSameOutputAndSkipsItsCompute) {
   auto cached = Make(true, 8 << 20);
   auto plain = Make(false, 8 << 20);
   ASSERT_TRUE(cached && plain);
@@ -144,7 +146,7 @@ TEST_F(EnginePrefixTest, SharedPrefixGivesTheSameOutputAndSkipsItsCompute) {
   EXPECT_EQ(again.computed, 73 - 64 + 7);
 }
 
-TEST_F(EnginePrefixTest, TwoSharersInOneBatchAndAChunkOfOnlyCachedTokens) {
+TEST_P(EnginePrefixTest, TwoSharersInOneBatchAndAChunkOfOnlyCachedTokens) {
   auto cached = Make(true, 8 << 20);
   auto plain = Make(false, 8 << 20);
   ASSERT_TRUE(cached && plain);
@@ -174,7 +176,7 @@ TEST_F(EnginePrefixTest, TwoSharersInOneBatchAndAChunkOfOnlyCachedTokens) {
 // A scheduler told the cached length (CachedPrefixTokens) plans them all in
 // one entry beside a real chunk: only the computed tokens count against
 // max_step_tokens (256 here), so a 300-token cached prefix fits one step.
-TEST_F(EnginePrefixTest, CachedTokensDoNotCountAgainstTheStepLimit) {
+TEST_P(EnginePrefixTest, CachedTokensDoNotCountAgainstTheStepLimit) {
   auto e = Make(true, 8 << 20);
   ASSERT_NE(e, nullptr);
   const std::vector<int32_t> system = Tokens(320, 8);
@@ -198,7 +200,7 @@ TEST_F(EnginePrefixTest, CachedTokensDoNotCountAgainstTheStepLimit) {
             "max_step_tokens=256");
 }
 
-TEST_F(EnginePrefixTest, CachedPagesAreReclaimedUnderPressure) {
+TEST_P(EnginePrefixTest, CachedPagesAreReclaimedUnderPressure) {
   // A pool of few pages: the second prompt needs pages the first left
   // cached; the prefix of the first is then gone, and outputs still match.
   const int64_t page_bytes =
@@ -219,6 +221,13 @@ TEST_F(EnginePrefixTest, CachedPagesAreReclaimedUnderPressure) {
   EXPECT_LT(cached->Stats().prefix_hit_tokens,
             static_cast<int64_t>(a.size()) - 16);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    KvDTypes, EnginePrefixTest,
+    ::testing::Values(KvDType::kF32, KvDType::kF16, KvDType::kBF16),
+    [](const ::testing::TestParamInfo<KvDType>& i) {
+      return std::string(KvDTypeName(i.param));
+    });
 
 }  // namespace
 }  // namespace pdserve

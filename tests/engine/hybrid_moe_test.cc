@@ -88,6 +88,16 @@ TEST(HybridMoeTest, MatchesTransformers) {
   hybrid_test::CheckGolden(*w, kMoeDir, 1e-4f);
 }
 
+// The golden's greedy tokens with the 16-bit KV caches (bf16 is the CPU
+// default); bounds: about twice the differences measured
+// (bf16 0.0224, f16 0.00508).
+TEST(HybridMoeTest, GreedyTokensWith16BitKv) {
+  auto w = LoadMoe();
+  ASSERT_NE(w, nullptr);
+  hybrid_test::CheckGoldenGreedy(*w, kMoeDir, KvDType::kBF16, 0.05f);
+  hybrid_test::CheckGoldenGreedy(*w, kMoeDir, KvDType::kF16, 0.011f);
+}
+
 TEST(HybridMoeTest, ChunkedPrefillEqualsOneShot) {
   auto w = LoadMoe();
   ASSERT_NE(w, nullptr);

@@ -57,6 +57,16 @@ TEST(HybridQwen35Test, MatchesTransformers) {
   hybrid_test::CheckGolden(*w, kDir, 1e-4f);
 }
 
+// The golden's greedy tokens with the 16-bit KV caches (bf16 is the CPU
+// default); bounds: about twice the differences measured
+// (bf16 0.0223, f16 0.00483).
+TEST(HybridQwen35Test, GreedyTokensWith16BitKv) {
+  auto w = Load();
+  ASSERT_NE(w, nullptr);
+  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kBF16, 0.05f);
+  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kF16, 0.01f);
+}
+
 TEST(HybridQwen35Test, ChunkedPrefillEqualsOneShot) {
   auto w = Load();
   ASSERT_NE(w, nullptr);

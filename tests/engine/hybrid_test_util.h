@@ -51,10 +51,11 @@ class MultiRunner {
   static constexpr int64_t kPagesPerSeq = 8;
   static constexpr int64_t kSeqs = 8;
 
-  explicit MultiRunner(const ModelWeights& w, int64_t max_tokens = 64)
+  explicit MultiRunner(const ModelWeights& w, int64_t max_tokens = 64,
+                       KvDType dtype = KvDType::kF32)
       : w_(w),
         kv_(w.config.num_kv_layers(), w.config.kv_dim(), kPage,
-            kPagesPerSeq * kSeqs),
+            kPagesPerSeq * kSeqs, dtype, w.config.head_dim),
         pool_(2),
         pos_(kSeqs, 0) {
     for (int64_t s = 0; s < kSeqs; ++s) {
@@ -143,6 +144,47 @@ inline void CheckGolden(const ModelWeights& w, const std::string& dir,
   }
   std::printf("%s: largest logit difference %.3g over %zu rows\n", dir.c_str(),
               max_diff, prompt.size() + decode.size());
+}
+
+// The golden with a 16-bit KV cache (`dtype`): the greedy token of every
+// row (prefill rows and decode steps) equals the fixture's; the largest
+// logit difference is printed, recorded (RecordProperty) and below `bound`.
+inline void CheckGoldenGreedy(const ModelWeights& w, const std::string& dir,
+                              KvDType dtype, float bound) {
+  const nlohmann::json meta = ReadJson(dir + "/expected.json");
+  const std::vector<float> expected = ReadF32(dir + "/expected_logits.f32");
+  const int64_t vocab = meta["vocab_size"];
+  const auto prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
+  const auto decode = meta["decode_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(expected.size(), (prompt.size() + decode.size()) * vocab);
+  MultiRunner run(w, 64, dtype);
+  std::vector<float> got = run.Feed(prompt, /*all=*/true);
+  for (size_t k = 0; k < decode.size(); ++k) {
+    std::vector<float> last = run.Feed({decode[k]}, false);
+    got.insert(got.end(), last.begin(), last.end());
+  }
+  float max_diff = 0;
+  for (size_t r = 0; r < prompt.size() + decode.size(); ++r) {
+    EXPECT_EQ(Argmax(got.data() + r * vocab, vocab),
+              Argmax(expected.data() + r * vocab, vocab))
+        << "row " << r;
+    if (r + 1 >= prompt.size() && r + 1 - prompt.size() < decode.size()) {
+      EXPECT_EQ(Argmax(got.data() + r * vocab, vocab),
+                decode[r + 1 - prompt.size()])
+          << "decode step " << r + 1 - prompt.size();
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      max_diff = std::max(max_diff, std::fabs(got[r * vocab + i] -
+                                              expected[r * vocab + i]));
+    }
+  }
+  std::printf("%s, --kv-dtype %s: greedy tokens equal; largest logit "
+              "difference %.3g\n",
+              dir.c_str(), KvDTypeName(dtype), max_diff);
+  ::testing::Test::RecordProperty(
+      std::string("max_logit_diff_") + KvDTypeName(dtype),
+      std::to_string(max_diff));
+  EXPECT_LT(max_diff, bound) << KvDTypeName(dtype);
 }
 
 // Prefill in chunks of `chunk` tokens (all rows) must equal one-shot.

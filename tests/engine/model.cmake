@@ -2,6 +2,9 @@
 pdserve_add_test(NAME model_forward_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_forward_test.cc
   LIBS pdserve_model)
+pdserve_add_test(NAME attention_tiled_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/attention_tiled_test.cc
+  LIBS pdserve_model)
 pdserve_add_test(NAME model_alloc_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
   LIBS pdserve_model)

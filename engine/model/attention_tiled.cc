@@ -1,0 +1,234 @@
+// Dispatcher, scalar reference and split-context combine of the tiled
+// attention. Compiled with -ffp-contract=off, like the kernels: the scalar
+// code here rounds exactly as their vector code does.
+#include "engine/model/attention_tiled.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/matmul.h"
+
+namespace pdserve {
+namespace attn_internal {
+
+float AttnExp(float x) {
+  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  int32_t ti;
+  std::memcpy(&ti, &t, sizeof(t));
+  const int32_t e = ((ti - 0x4B400000) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &e, sizeof(e));
+  const float y = p * scale;
+  return x < -87.0f ? 0.0f : y;
+}
+
+namespace {
+
+bool CpuHas(const char* isa) {
+#if defined(PDSERVE_ATTN_X86)
+  if (std::strcmp(isa, "avx512") == 0) {
+    return __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }
+  if (std::strcmp(isa, "avx2") == 0) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }
+#endif
+  return std::strcmp(isa, "generic") == 0;
+}
+
+const TiledKernels& Selected() {
+  static const TiledKernels k = [] {
+    const char* level = MatMulIsa();  // follows PDSERVE_ISA
+#if defined(PDSERVE_ATTN_X86)
+    if (std::strcmp(level, "avx512") == 0 && CpuHas("avx512")) {
+      return Avx512Kernels();
+    }
+    if (std::strcmp(level, "scalar") != 0 && CpuHas("avx2")) {
+      return Avx2Kernels();
+    }
+#endif
+    (void)level;
+    return GenericKernels();
+  }();
+  return k;
+}
+
+}  // namespace
+
+const TiledKernels* KernelsFor(const char* isa) {
+  if (isa == nullptr) return &Selected();
+  if (!CpuHas(isa)) return nullptr;
+#if defined(PDSERVE_ATTN_X86)
+  static const TiledKernels avx512 = Avx512Kernels();
+  static const TiledKernels avx2 = Avx2Kernels();
+  if (std::strcmp(isa, "avx512") == 0) return &avx512;
+  if (std::strcmp(isa, "avx2") == 0) return &avx2;
+#endif
+  static const TiledKernels generic = GenericKernels();
+  return &generic;
+}
+
+}  // namespace attn_internal
+
+namespace {
+
+using attn_internal::AttnExp;
+constexpr int64_t kTile = 16;
+
+void InitRecord(float* rec, int64_t hd) {
+  rec[0] = -std::numeric_limits<float>::infinity();
+  rec[1] = 0.0f;
+  std::fill(rec + 2, rec + 2 + hd, 0.0f);
+}
+
+void MergeRecord(float* run, const float* seg, int64_t hd) {
+  const float m = std::max(run[0], seg[0]);
+  const float a = AttnExp(run[0] - m);
+  const float b = AttnExp(seg[0] - m);
+  run[0] = m;
+  run[1] = run[1] * a + seg[1] * b;
+  for (int64_t c = 0; c < hd; ++c) run[2 + c] = run[2 + c] * a + seg[2 + c] * b;
+}
+
+void FinishRecord(const float* run, int64_t hd, float* out) {
+  const float inv = 1.0f / run[1];
+  for (int64_t c = 0; c < hd; ++c) out[c] = run[2 + c] * inv;
+}
+
+float PairwiseSum16(float* a) {
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
+  }
+  return a[0];
+}
+
+// One query of the reference: `n_keys` positions, into `out`.
+void ReferenceQuery(const AttentionBlock& b, const float* q, int64_t n_keys,
+                    float* out) {
+  const KvStorage& kv = *b.kv;
+  const int64_t hd = b.head_dim, ps = kv.page_size();
+  const int64_t base = b.kv_head * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Stack buffers: no heap use on the step path.
+  float qs[kAttnMaxHeadDim], run[kAttnMaxHeadDim + 2], seg[kAttnMaxHeadDim + 2];
+  float k[kTile * kAttnMaxHeadDim], v[kTile * kAttnMaxHeadDim];
+  for (int64_t d = 0; d < hd; ++d) qs[d] = q[d] * scale;
+  InitRecord(run, hd);
+  for (int64_t sg = 0; sg < AttnSegments(n_keys); ++sg) {
+    const int64_t k0 = sg * kAttnSegmentKeys;
+    const int64_t k1 = std::min(k0 + kAttnSegmentKeys, n_keys);
+    InitRecord(seg, hd);
+    for (int64_t t = k0; t < k1; t += kTile) {
+      const int64_t valid = std::min(kTile, k1 - t);
+      float s[kTile], p[kTile];
+      for (int64_t j = 0; j < valid; ++j) {
+        const int64_t pos = t + j;
+        kv.ReadKey(b.page_table[pos / ps], b.layer, pos % ps, &k[j * hd], base,
+                   hd);
+        kv.ReadValue(b.page_table[pos / ps], b.layer, pos % ps, &v[j * hd],
+                     base, hd);
+        float even = 0.0f, odd = 0.0f;
+        for (int64_t d = 0; d < hd; d += 2) {
+          even = even + qs[d] * k[j * hd + d];
+          if (d + 1 < hd) odd = odd + qs[d + 1] * k[j * hd + d + 1];
+        }
+        s[j] = even + odd;
+      }
+      float tmax = s[0];
+      for (int64_t j = 1; j < valid; ++j) tmax = std::max(tmax, s[j]);
+      if (tmax > seg[0]) {
+        const float corr = AttnExp(seg[0] - tmax);
+        seg[1] = seg[1] * corr;
+        for (int64_t c = 0; c < hd; ++c) seg[2 + c] = seg[2 + c] * corr;
+        seg[0] = tmax;
+      }
+      for (int64_t j = 0; j < kTile; ++j) {
+        p[j] = j < valid ? AttnExp(s[j] - seg[0]) : 0.0f;
+      }
+      float lanes[kTile];
+      std::memcpy(lanes, p, sizeof(lanes));
+      seg[1] = seg[1] + PairwiseSum16(lanes);
+      for (int64_t j = 0; j < valid; ++j) {
+        for (int64_t c = 0; c < hd; ++c) {
+          seg[2 + c] = seg[2 + c] + p[j] * v[j * hd + c];
+        }
+      }
+    }
+    MergeRecord(run, seg, hd);
+  }
+  FinishRecord(run, hd, out);
+}
+
+}  // namespace
+
+bool AttendTiledVectorized(int64_t head_dim) {
+  return head_dim % kTile == 0 && head_dim <= kAttnMaxHeadDim;
+}
+
+int64_t AttendTiledScratchFloats(int64_t head_dim, int64_t group) {
+  const int64_t nq = kAttnTiledRows * group;
+  return nq * (head_dim + 2 * AttnPartialFloats(head_dim)) +
+         2 * kTile * head_dim;
+}
+
+const char* AttendTiledIsa() { return attn_internal::KernelsFor(nullptr)->name; }
+
+void AttendTiledReference(const AttentionBlock& b) {
+  for (int64_t r = b.row_begin; r < b.row_end; ++r) {
+    for (int64_t g = 0; g < b.group; ++g) {
+      const int64_t off = r * b.q_stride + (b.kv_head * b.group + g) * b.head_dim;
+      ReferenceQuery(b, b.q + off, b.start_pos + r + 1, b.out + off);
+    }
+  }
+}
+
+void AttendTiled(const AttentionBlock& b, float* scratch) {
+  if (!AttendTiledVectorized(b.head_dim)) {
+    AttendTiledReference(b);
+    return;
+  }
+  attn_internal::KernelsFor(nullptr)->attend(b, 0, 0, nullptr, 0, scratch);
+}
+
+void AttendTiledPartial(const AttentionBlock& b, int64_t seg_begin,
+                        int64_t seg_end, float* partials,
+                        int64_t partial_stride, float* scratch) {
+  attn_internal::KernelsFor(nullptr)->attend(b, seg_begin, seg_end, partials,
+                                             partial_stride, scratch);
+}
+
+void CombineAttnPartials(const AttentionBlock& b, const float* partials,
+                         int64_t partial_stride) {
+  const int64_t hd = b.head_dim, rec_n = AttnPartialFloats(hd);
+  float run[kAttnMaxHeadDim + 2];
+  for (int64_t r = b.row_begin; r < b.row_end; ++r) {
+    for (int64_t g = 0; g < b.group; ++g) {
+      const int64_t qi = (r - b.row_begin) * b.group + g;
+      InitRecord(run, hd);
+      const int64_t nseg = AttnSegments(b.start_pos + r + 1);
+      for (int64_t s = 0; s < nseg; ++s) {
+        MergeRecord(run, partials + (qi * partial_stride + s) * rec_n,
+                    hd);
+      }
+      FinishRecord(run, hd,
+                   b.out + r * b.q_stride + (b.kv_head * b.group + g) * hd);
+    }
+  }
+}
+
+}  // namespace pdserve

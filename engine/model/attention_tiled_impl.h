@@ -1,0 +1,415 @@
+// The tiled attention kernels for one SIMD level (see attention_tiled.h for
+// the arithmetic). Included once by each of attention_tiled_avx512.cc,
+// attention_tiled_avx2.cc and attention_tiled_generic.cc, which define
+// PDSERVE_ATTN_NS and are compiled with their own -m flags and
+// -ffp-contract=off: the GCC vector code below then rounds exactly like the
+// scalar reference on every level.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "engine/kv/kv_storage.h"
+#include "engine/model/attention_tiled.h"
+#include "kernels/dtype.h"
+
+namespace pdserve::PDSERVE_ATTN_NS {
+namespace {
+
+constexpr int64_t kL = 16;  // lanes: keys per tile
+constexpr int64_t kMaxHeadDim = kAttnMaxHeadDim;
+using V16 = float __attribute__((vector_size(64), aligned(4)));
+using U16x16 = uint16_t __attribute__((vector_size(32), aligned(2)));
+using U32x16 = uint32_t __attribute__((vector_size(64), aligned(4)));
+using I32x16 = int32_t __attribute__((vector_size(64), aligned(4)));
+using I8x16 = int8_t __attribute__((vector_size(16), aligned(1)));
+
+inline V16 LoadF(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreF(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+inline V16 Splat(float x) { return V16{} + x; }
+
+inline V16 LoadBf16(const uint16_t* p) {
+  U16x16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U32x16 u = __builtin_convertvector(h, U32x16) << 16;
+  V16 f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+inline V16 LoadF16(const uint16_t* p) {
+  V16 f;
+#if defined(__AVX512F__)
+  const __m512 v =
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  std::memcpy(&f, &v, sizeof(f));
+#elif defined(__F16C__)
+  const __m256 a =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256 b =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  std::memcpy(&f, &a, 32);
+  std::memcpy(reinterpret_cast<char*>(&f) + 32, &b, 32);
+#else
+  // Exact IEEE half -> single in integer lanes.
+  U16x16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U32x16 w = __builtin_convertvector(h, U32x16);
+  const U32x16 sign = (w & 0x8000u) << 16;
+  const U32x16 em = w & 0x7fffu;
+  U32x16 normal = (em << 13) + 0x38000000u;
+  normal = em >= 0x7c00u ? normal + 0x38000000u : normal;  // inf / NaN
+  const V16 sub = __builtin_convertvector(em, V16) * 5.9604644775390625e-08f;
+  U32x16 subbits;
+  std::memcpy(&subbits, &sub, sizeof(sub));
+  const U32x16 bits = (em < 0x400u ? subbits : normal) | sign;
+  std::memcpy(&f, &bits, sizeof(f));
+#endif
+  return f;
+}
+
+inline V16 LoadQ8(const int8_t* p) {
+  I8x16 q;
+  std::memcpy(&q, p, sizeof(q));
+  return __builtin_convertvector(__builtin_convertvector(q, I32x16), V16);
+}
+
+// e^x for 16 lanes: the same operations as attn_internal::AttnExp.
+inline V16 ExpV(V16 x) {
+  const V16 xc = x < -87.0f ? Splat(-87.0f) : (x > 88.0f ? Splat(88.0f) : x);
+  const V16 t = xc * 1.44269504088896341f + 12582912.0f;
+  const V16 n = t - 12582912.0f;
+  V16 r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V16 p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  I32x16 ti;
+  std::memcpy(&ti, &t, sizeof(t));
+  const I32x16 e = ((ti - 0x4B400000) + 127) << 23;
+  V16 scale;
+  std::memcpy(&scale, &e, sizeof(e));
+  const V16 y = p * scale;
+  return x < -87.0f ? V16{} : y;
+}
+
+// Pairwise sum of 16 lanes: halves added lane by lane, 8 + 4 + 2 + 1.
+inline float HSum(V16 v) {
+  float a[kL];
+  std::memcpy(a, &v, sizeof(a));
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
+  }
+  return a[0];
+}
+
+inline float HMax(const float* s, int64_t n) {
+  float m = s[0];
+  for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+// Where one tile of keys lives and the staged f32 copy the queries share.
+struct TileSource {
+  const KvStorage* kv;
+  int64_t layer;
+  const int32_t* pages;
+  int64_t kv_head;
+  int64_t head_dim;
+};
+
+// Keys [t, t + n) of the head as kt[d][16] (lanes >= n zero).
+template <KvDType D>
+void StageKeys(const TileSource& s, int64_t t, int64_t n, float* kt) {
+  const KvStorage& kv = *s.kv;
+  const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
+  const int64_t base = s.kv_head * hd;
+  if (D != KvDType::kF32 && ps % kL == 0) {
+    const uint8_t* kb = kv.key_block(s.pages[t / ps], s.layer);
+    const int64_t slot = t % ps;
+    for (int64_t d = 0; d < hd; ++d) {
+      const int64_t i = base + d;
+      V16 k;
+      if constexpr (D == KvDType::kBF16) {
+        k = LoadBf16(reinterpret_cast<const uint16_t*>(kb) + i * ps + slot);
+      } else if constexpr (D == KvDType::kF16) {
+        k = LoadF16(reinterpret_cast<const uint16_t*>(kb) + i * ps + slot);
+      } else {
+        const auto* scales = reinterpret_cast<const uint16_t*>(kb + ps * kvd);
+        k = LoadQ8(reinterpret_cast<const int8_t*>(kb) + i * ps + slot) *
+            LoadF16(scales + (i / 32) * ps + slot);
+      }
+      StoreF(kt + d * kL, k);
+    }
+    return;
+  }
+  float row[kMaxHeadDim];
+  std::fill(kt, kt + hd * kL, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = t + j;
+    kv.ReadKey(s.pages[pos / ps], s.layer, pos % ps, row, base, hd);
+    for (int64_t d = 0; d < hd; ++d) kt[d * kL + j] = row[d];
+  }
+}
+
+// Values [t, t + n) of the head as vt[j][head_dim].
+template <KvDType D>
+void StageValues(const TileSource& s, int64_t t, int64_t n, float* vt) {
+  const KvStorage& kv = *s.kv;
+  const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
+  const int64_t base = s.kv_head * hd;
+  if (D != KvDType::kF32 && ps % kL == 0) {
+    const uint8_t* vb = kv.value_block(s.pages[t / ps], s.layer);
+    const int64_t slot0 = t % ps;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t slot = slot0 + j;
+      for (int64_t c = 0; c < hd; c += kL) {
+        const int64_t i = base + c;
+        V16 v;
+        if constexpr (D == KvDType::kBF16) {
+          v = LoadBf16(reinterpret_cast<const uint16_t*>(vb) + slot * kvd + i);
+        } else if constexpr (D == KvDType::kF16) {
+          v = LoadF16(reinterpret_cast<const uint16_t*>(vb) + slot * kvd + i);
+        } else {
+          const auto* scales = reinterpret_cast<const uint16_t*>(vb + ps * kvd);
+          const float sc = F16ToF32(scales[slot * (kvd / 32) + i / 32]);
+          v = LoadQ8(reinterpret_cast<const int8_t*>(vb) + slot * kvd + i) *
+              sc;
+        }
+        StoreF(vt + j * hd + c, v);
+      }
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = t + j;
+    kv.ReadValue(s.pages[pos / ps], s.layer, pos % ps, vt + j * hd, base, hd);
+  }
+}
+
+inline void InitRecord(float* rec, int64_t hd) {
+  rec[0] = -std::numeric_limits<float>::infinity();
+  rec[1] = 0.0f;
+  std::fill(rec + 2, rec + 2 + hd, 0.0f);
+}
+
+// Merges segment record `seg` into the running record `run`.
+inline void MergeRecord(float* run, const float* seg, int64_t hd) {
+  const float m = std::max(run[0], seg[0]);
+  const float a = attn_internal::AttnExp(run[0] - m);
+  const float b = attn_internal::AttnExp(seg[0] - m);
+  run[0] = m;
+  run[1] = run[1] * a + seg[1] * b;
+  for (int64_t c = 0; c < hd; c += kL) {
+    StoreF(run + 2 + c, LoadF(run + 2 + c) * a + LoadF(seg + 2 + c) * b);
+  }
+}
+
+inline void FinishRecord(const float* run, int64_t hd, float* out) {
+  const float inv = 1.0f / run[1];
+  for (int64_t c = 0; c < hd; c += kL) {
+    StoreF(out + c, LoadF(run + 2 + c) * inv);
+  }
+}
+
+// Scores of up to 4 queries against the staged tile: (even d) + (odd d).
+template <int NQ>
+void Scores(const float* const* qs, const float* kt, int64_t hd, V16* out) {
+  V16 even[NQ] = {}, odd[NQ] = {};
+  for (int64_t d = 0; d < hd; d += 2) {
+    const V16 k0 = LoadF(kt + d * kL);
+    const V16 k1 = LoadF(kt + (d + 1) * kL);
+    for (int q = 0; q < NQ; ++q) {
+      even[q] = even[q] + qs[q][d] * k0;
+      odd[q] = odd[q] + qs[q][d + 1] * k1;
+    }
+  }
+  for (int q = 0; q < NQ; ++q) out[q] = even[q] + odd[q];
+}
+
+// One query's online-softmax step over the tile: `valid` keys.
+template <int HV>
+void Update(V16 s, int64_t valid, const float* vt, int64_t hd, float* rec) {
+  float sa[kL];
+  std::memcpy(sa, &s, sizeof(sa));
+  for (int64_t j = valid; j < kL; ++j) {
+    sa[j] = -std::numeric_limits<float>::infinity();
+  }
+  const float tmax = HMax(sa, valid);
+  const int64_t hv = HV > 0 ? HV : hd / kL;
+  float* o = rec + 2;
+  if (tmax > rec[0]) {
+    const float corr = attn_internal::AttnExp(rec[0] - tmax);
+    rec[1] = rec[1] * corr;
+    for (int64_t c = 0; c < hv; ++c) {
+      StoreF(o + c * kL, LoadF(o + c * kL) * corr);
+    }
+    rec[0] = tmax;
+  }
+  const V16 p = ExpV(LoadF(sa) - rec[0]);
+  rec[1] = rec[1] + HSum(p);
+  float pa[kL];
+  std::memcpy(pa, &p, sizeof(pa));
+  if constexpr (HV > 0) {
+    V16 acc[HV];
+    for (int c = 0; c < HV; ++c) acc[c] = LoadF(o + c * kL);
+    for (int64_t j = 0; j < valid; ++j) {
+      const float w = pa[j];
+      for (int c = 0; c < HV; ++c) {
+        acc[c] = acc[c] + w * LoadF(vt + j * hd + c * kL);
+      }
+    }
+    for (int c = 0; c < HV; ++c) StoreF(o + c * kL, acc[c]);
+  } else {
+    for (int64_t j = 0; j < valid; ++j) {
+      const float w = pa[j];
+      for (int64_t c = 0; c < hv; ++c) {
+        StoreF(o + c * kL, LoadF(o + c * kL) + w * LoadF(vt + j * hd + c * kL));
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) (at most kAttnTiledRows) of the block over segments
+// [seg_begin, seg_end); full mode when partials is null.
+template <KvDType D, int HV>
+void AttendRows(const AttentionBlock& b, int64_t r0, int64_t r1,
+                int64_t seg_begin, int64_t seg_end, float* partials,
+                int64_t partial_stride, float* scratch) {
+  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t rec_n = AttnPartialFloats(hd);
+  const int64_t nq = (r1 - r0) * g;
+  float* qs = scratch;                  // [nq][hd]
+  float* run = qs + nq * hd;            // [nq][rec]
+  float* seg = run + nq * rec_n;        // [nq][rec]
+  float* kt = seg + nq * rec_n;         // [hd][16]
+  float* vt = kt + hd * kL;             // [16][hd]
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t h = 0; h < g; ++h) {
+      const float* q = b.q + r * b.q_stride + (b.kv_head * g + h) * hd;
+      float* dst = qs + ((r - r0) * g + h) * hd;
+      for (int64_t d = 0; d < hd; ++d) dst[d] = q[d] * scale;
+    }
+  }
+  const bool full = partials == nullptr;
+  if (full) {
+    for (int64_t i = 0; i < nq; ++i) InitRecord(run + i * rec_n, hd);
+  }
+  const int64_t max_keys = b.start_pos + r1;
+  const int64_t last_seg = full ? AttnSegments(max_keys)
+                                : std::min(seg_end, AttnSegments(max_keys));
+  const TileSource src{b.kv, b.layer, b.page_table.data(), b.kv_head, hd};
+  for (int64_t sg = full ? 0 : seg_begin; sg < last_seg; ++sg) {
+    const int64_t k0 = sg * kAttnSegmentKeys;
+    const int64_t k1 = std::min(k0 + kAttnSegmentKeys, max_keys);
+    // Queries reaching this segment: rows with start_pos + r + 1 > k0.
+    const int64_t first_row = std::max(r0, k0 - b.start_pos);
+    const int64_t q_first = (first_row - r0) * g;
+    for (int64_t i = q_first; i < nq; ++i) InitRecord(seg + i * rec_n, hd);
+    for (int64_t t = k0; t < k1; t += kL) {
+      const int64_t n = std::min(kL, k1 - t);
+      StageKeys<D>(src, t, n, kt);
+      StageValues<D>(src, t, n, vt);
+      // Queries whose keys reach tile t.
+      const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
+      for (int64_t i = q_tile; i < nq; i += 4) {
+        const int nb = static_cast<int>(std::min<int64_t>(4, nq - i));
+        const float* qp[4];
+        for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
+        V16 s[4];
+        if (nb == 4) {
+          Scores<4>(qp, kt, hd, s);
+        } else if (nb == 3) {
+          Scores<3>(qp, kt, hd, s);
+        } else if (nb == 2) {
+          Scores<2>(qp, kt, hd, s);
+        } else {
+          Scores<1>(qp, kt, hd, s);
+        }
+        for (int k = 0; k < nb; ++k) {
+          const int64_t qi = i + k;
+          const int64_t r = r0 + qi / g;
+          const int64_t valid = std::min(kL, b.start_pos + r + 1 - t);
+          Update<HV>(s[k], valid, vt, hd, seg + qi * rec_n);
+        }
+      }
+    }
+    for (int64_t i = q_first; i < nq; ++i) {
+      if (full) {
+        MergeRecord(run + i * rec_n, seg + i * rec_n, hd);
+      } else {
+        std::memcpy(partials + (i + (r0 - b.row_begin) * g) * partial_stride *
+                                   rec_n + sg * rec_n,
+                    seg + i * rec_n, rec_n * sizeof(float));
+      }
+    }
+  }
+  if (full) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t h = 0; h < g; ++h) {
+        FinishRecord(run + ((r - r0) * g + h) * rec_n, hd,
+                     b.out + r * b.q_stride + (b.kv_head * g + h) * hd);
+      }
+    }
+  }
+}
+
+template <KvDType D, int HV>
+void AttendAllRows(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
+                   float* partials, int64_t partial_stride, float* scratch) {
+  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += kAttnTiledRows) {
+    const int64_t r1 = std::min(b.row_end, r0 + kAttnTiledRows);
+    AttendRows<D, HV>(b, r0, r1, seg_begin, seg_end, partials, partial_stride,
+                      scratch);
+  }
+}
+
+template <KvDType D>
+void AttendDType(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
+                 float* partials, int64_t partial_stride, float* scratch) {
+  switch (b.head_dim) {
+    case 64:
+      return AttendAllRows<D, 4>(b, seg_begin, seg_end, partials,
+                                 partial_stride, scratch);
+    case 128:
+      return AttendAllRows<D, 8>(b, seg_begin, seg_end, partials,
+                                 partial_stride, scratch);
+    default:
+      return AttendAllRows<D, 0>(b, seg_begin, seg_end, partials,
+                                 partial_stride, scratch);
+  }
+}
+
+void Attend(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
+            float* partials, int64_t partial_stride, float* scratch) {
+  switch (b.kv->dtype()) {
+    case KvDType::kF32:
+      return AttendDType<KvDType::kF32>(b, seg_begin, seg_end, partials,
+                                        partial_stride, scratch);
+    case KvDType::kF16:
+      return AttendDType<KvDType::kF16>(b, seg_begin, seg_end, partials,
+                                        partial_stride, scratch);
+    case KvDType::kBF16:
+      return AttendDType<KvDType::kBF16>(b, seg_begin, seg_end, partials,
+                                         partial_stride, scratch);
+    case KvDType::kQ8_0:
+      return AttendDType<KvDType::kQ8_0>(b, seg_begin, seg_end, partials,
+                                         partial_stride, scratch);
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::PDSERVE_ATTN_NS
