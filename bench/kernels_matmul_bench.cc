@@ -249,7 +249,8 @@ struct Shape {
   int64_t rows, cols;
 };
 constexpr Shape kShapes[] = {
-    {576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
+    {576, 576},   {1536, 576},  {576, 1536},
+    {49152, 576}, {2048, 2048}, {8192, 2048}};
 constexpr DType kTypes[] = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0,
                             DType::kF16,  DType::kBF16, DType::kF32};
 
