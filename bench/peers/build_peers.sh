@@ -40,8 +40,10 @@ fetch_sdist() {  # package version basename
     log "sdist $base.tar.gz cached"
     return
   fi
-  log "pip download --no-deps --no-binary :all: $pkg==$ver"
-  python3 -m pip download --quiet --no-deps --no-binary :all: "$pkg==$ver" \
+  # --no-binary for this package only: its build dependencies come as
+  # wheels (with :all: pip builds setuptools & co. from source first).
+  log "pip download --no-deps --no-binary $pkg $pkg==$ver"
+  python3 -m pip download --quiet --no-deps --no-binary "$pkg" "$pkg==$ver" \
     -d "$PEERS/sdist"
 }
 
@@ -75,6 +77,11 @@ build_peer() {
   local dir="$PEERS/$name" src build
   src="$dir/src/$base/$sub"
   build="$dir/build"
+  # One build per peer at a time (a second invocation waits, then finds it
+  # built): two Ninjas in one build folder corrupt each other's outputs.
+  mkdir -p "$PEERS"
+  exec 9>"$PEERS/$name.lock"
+  flock 9
   if peer_built "$dir"; then
     log "$name ($pkg $ver) already built: $dir/bin (delete $dir to rebuild)"
     return
