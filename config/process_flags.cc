@@ -148,6 +148,14 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
            &O::prefix_cache, /*invert=*/true),
       Str("name", "", "model name to report (default: from the file)",
           &O::name),
+      Str("tokenizer", "",
+          "tokenizer constrained decoding matches against (GGUF, "
+          "tokenizer.json or its folder; default: the model)",
+          &O::tokenizer),
+      Int("grammar-compile-timeout-ms", "10000",
+          "longest a response format, tool-call grammar or other constraint "
+          "may take to compile",
+          &O::grammar_compile_timeout_ms, 1),
   };
   AppendMetricsFlags(t.flags, /*engine=*/true);
   return t;
@@ -226,6 +234,18 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           &O::api_key_file),
       Int("drain-seconds", "30", "on SIGTERM, how long open streams may finish",
           &O::drain_seconds, 0),
+      Str("tool-call-parser", "",
+          "tool-call format of the model's replies: hermes, qwen3_coder, "
+          "llama3_json or none (default: from the chat template)",
+          &O::tool_call_parser),
+      Str("reasoning-parser", "",
+          "reasoning format of the model's replies: think (<think>...</think>) "
+          "or none (default: from the chat template)",
+          &O::reasoning_parser),
+      Int("grammar-compile-timeout-ms", "10000",
+          "longest a response format, tool-call grammar or other constraint "
+          "may take to compile",
+          &O::grammar_compile_timeout_ms, 1),
   };
   AppendMetricsFlags(t.flags, /*engine=*/false);
   return t;

@@ -43,6 +43,9 @@ struct EngineProcessOptions {
   int64_t max_seq_len = 0;
   bool prefix_cache = false;  // on unless --no-prefix-cache
   std::string name;          // empty = the model file's own name
+  // The tokenizer constrained decoding matches (empty = --model).
+  std::string tokenizer;
+  int64_t grammar_compile_timeout_ms = 0;  // longest a constraint compiles
   MetricsOptions metrics;
 };
 
@@ -78,6 +81,9 @@ struct FrontendProcessOptions {
   std::string api_key;       // comma-separated; empty = none required
   std::string api_key_file;  // one key a line; empty = none
   int64_t drain_seconds = 0;
+  std::string tool_call_parser;   // empty = from the chat template
+  std::string reasoning_parser;   // empty = from the chat template
+  int64_t grammar_compile_timeout_ms = 0;  // longest a constraint compiles
   MetricsOptions metrics;
 };
 

@@ -10,6 +10,7 @@
 #include "engine/backend/forward_backend.h"
 #include "engine/kv/sequence_state.h"
 #include "engine/model/forward.h"
+#include "engine/core/sequence_guide.h"
 #include "engine/model/sampler.h"
 #include "kernels/thread_pool.h"
 
@@ -47,6 +48,10 @@ struct EngineSequence {
   int64_t prompt_len = 0;
   SequenceState state;
   std::unique_ptr<Sampler> sampler;
+  // Grammar / reasoning control (null when the sampling has neither), and
+  // the mask it gives this step's sample.
+  std::unique_ptr<SequenceGuide> guide;
+  SequenceGuide::Mode guide_mode = SequenceGuide::Mode::kFree;
   std::vector<int32_t> stop_ids;
   int64_t max_new_tokens = 0;
   int64_t generated = 0;
@@ -94,6 +99,7 @@ class EngineCore::Impl {
     sampled_.resize(static_cast<size_t>(max_rows_));
     device_params_.resize(static_cast<size_t>(max_rows_));
     device_tokens_.resize(static_cast<size_t>(max_rows_));
+    mask_jobs_.reserve(static_cast<size_t>(max_rows_));
   }
 
   absl::Status Init() {
@@ -159,6 +165,10 @@ class EngineCore::Impl {
     int32_t plan_index;  // index into the plan / result
   };
   std::vector<SampleItem> to_sample_;
+  // Grammar masks of this step, filled by mask_worker_ (started at the first
+  // guided sequence) while the forward pass runs.
+  std::vector<SequenceGuide*> mask_jobs_;
+  std::unique_ptr<MaskWorker> mask_worker_;
   std::vector<absl::StatusOr<SampledToken>> sampled_;
   // Device sampling staging, one per span (capacity max_rows_).
   std::vector<DeviceSamplingParams> device_params_;
@@ -232,6 +242,9 @@ absl::Status EngineCore::Impl::AddSequence(
   absl::StatusOr<std::unique_ptr<Sampler>> sampler =
       Sampler::Create(params, vocab_);
   if (!sampler.ok()) return sampler.status();
+  absl::StatusOr<std::unique_ptr<SequenceGuide>> guide =
+      SequenceGuide::Create(params, static_cast<int32_t>(vocab_));
+  if (!guide.ok()) return guide.status();
   absl::StatusOr<SequenceState> state = SequenceState::Create(max_seq_len);
   if (!state.ok()) return state.status();
   if (absl::Status s = pool_->Add(id, max_seq_len); !s.ok()) return s;
@@ -243,13 +256,17 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->prompt_len = static_cast<int64_t>(prompt.size());
   seq->sampler = std::move(*sampler);
   seq->sampler->AddPrompt(prompt);
+  seq->guide = std::move(*guide);
+  if (seq->guide != nullptr && mask_worker_ == nullptr) {
+    mask_worker_ = std::make_unique<MaskWorker>();
+  }
   seq->stop_ids.assign(stop_token_ids.begin(), stop_token_ids.end());
   seq->max_new_tokens = max_new_tokens;
   seq->device_samplable = params.repetition_penalty == 1.0f &&
                           params.presence_penalty == 0.0f &&
                           params.frequency_penalty == 0.0f &&
                           params.logit_bias.empty() &&
-                          params.top_logprobs == 0;
+                          params.top_logprobs == 0 && seq->guide == nullptr;
   seq->device_params.temperature = params.temperature;
   seq->device_params.top_k = params.top_k;
   seq->device_params.top_p = params.top_p;
@@ -344,6 +361,7 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   // Device sampling when the backend offers it and every sequence that
   // samples in this step needs no penalty.
   bool on_device = backend_->SamplesOnDevice();
+  mask_jobs_.clear();
   for (size_t i = 0; i < plan.size(); ++i) {
     EngineSequence& seq = *seqs_.find(plan[i].id)->second;
     SequenceStepResult& out = result->sequences[i];
@@ -373,14 +391,25 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
         !seq.device_samplable) {
       on_device = false;  // samples this step, with penalties
     }
+    seq.guide_mode = SequenceGuide::Mode::kFree;
+    if (seq.guide != nullptr && end == static_cast<int64_t>(seq.tokens.size())) {
+      seq.guide_mode = seq.guide->Prepare();
+      if (seq.guide_mode == SequenceGuide::Mode::kGrammar) {
+        mask_jobs_.push_back(seq.guide.get());
+      }
+    }
     spans_.push_back(span);
     span_seq_.push_back(&seq);
   }
 
   ForwardStats fstats;
   const int64_t t1 = options_.now_ns();
+  // The grammar masks of this step's samples are filled while it runs.
+  if (!mask_jobs_.empty()) mask_worker_->Start(mask_jobs_);
   if (!spans_.empty()) {
-    if (absl::Status s = Forward(&on_device, &fstats); !s.ok()) return s;
+    absl::Status s = Forward(&on_device, &fstats);
+    if (!mask_jobs_.empty()) mask_worker_->Wait();
+    if (!s.ok()) return s;
     ++forward_steps_;
     last_step_on_device_ = on_device;
   }
@@ -474,10 +503,13 @@ void EngineCore::Impl::SampleAll() {
   if (n == 0) return;
   auto sample = [this](int64_t k, int thread) {
     const EngineSequence& seq = *span_seq_[to_sample_[k].span];
+    const uint32_t* mask = seq.guide_mode != SequenceGuide::Mode::kFree
+                               ? seq.guide->mask()
+                               : nullptr;
     sampled_[k] = seq.sampler->Sample(
         absl::MakeConstSpan(logits_.get() + to_sample_[k].span * vocab_,
                             vocab_),
-        &scratch_[thread]);
+        &scratch_[thread], mask);
   };
   if (n == 1 || threads_->num_threads() == 1) {
     for (int64_t k = 0; k < n; ++k) sample(k, 0);
@@ -499,8 +531,15 @@ void EngineCore::Impl::Apply(EngineSequence& seq, const SampledToken& sampled,
   std::copy_n(sampled.top.begin(), sampled.num_top, out.top.begin());
   seq.tokens.push_back(token);
   ++seq.generated;
-  if (std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=
-      seq.stop_ids.end()) {
+  bool grammar_done = false;
+  if (seq.guide != nullptr) {
+    // A refused token cannot happen with the mask applied; if it ever
+    // does, the sequence ends there rather than leave its grammar.
+    if (!seq.guide->Accept(token, &grammar_done).ok()) grammar_done = true;
+  }
+  if (grammar_done ||
+      std::find(seq.stop_ids.begin(), seq.stop_ids.end(), token) !=
+          seq.stop_ids.end()) {
     Finish(seq, FinishReason::kStop);
   } else if (seq.generated >= seq.max_new_tokens || seq.state.full()) {
     // Full: the token cannot be fed back, a decode step would run at

@@ -53,6 +53,18 @@ std::string EbnfLiteral(const std::string& s) {
   return out + "\"";
 }
 
+// xgrammar's message without its "[hh:mm:ss] file.cc:line: " prefix and
+// trailing newline.
+std::string CleanError(std::string m) {
+  if (!m.empty() && m[0] == '[') {
+    const size_t close = m.find("] ");
+    const size_t colon = close == std::string::npos ? close : m.find(": ", close);
+    if (colon != std::string::npos) m.erase(0, colon + 2);
+  }
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
 // The cache key: kind, options and texts, length-prefixed.
 std::string SpecKey(const GrammarSpec& spec) {
   std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.strict,
@@ -225,7 +237,7 @@ class GrammarCompiler::Impl {
       return std::make_shared<const CompiledGrammar>(compiler_.CompileGrammar(g));
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(
-          GrammarKindName(spec.kind), " does not compile: ", e.what()));
+          GrammarKindName(spec.kind), " does not compile: ", CleanError(e.what())));
     }
   }
 

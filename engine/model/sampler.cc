@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ops.h"
@@ -179,11 +180,14 @@ int32_t Sampler::DrawPlain(const float* logits) {
   }
   const double target = Uniform() * total;
   double acc = 0.0;
+  int32_t last = 0;  // the last token with any mass (masked ones have none)
   for (int32_t i = 0; i < vocab_size_; ++i) {
-    acc += std::exp((logits[i] - max) * inv_t);
+    const double w = std::exp((logits[i] - max) * inv_t);
+    if (w > 0.0) last = i;
+    acc += w;
     if (acc > target) return i;
   }
-  return vocab_size_ - 1;  // rounding: the mass ran out at the end
+  return last;  // rounding: the mass ran out at the end
 }
 
 // s.values holds the unnormalised probabilities exp(z - max(z)) of the
@@ -236,15 +240,40 @@ int32_t Sampler::DrawFiltered(SamplerScratch& s) {
   for (int32_t i = 0; i < n; ++i) total += w[ids[i]];
   const double target = Uniform() * total;
   double acc = 0.0;
+  int32_t last = ids[0];  // the last candidate with any mass
   for (int32_t i = 0; i < n; ++i) {
+    if (w[ids[i]] > 0.0f) last = ids[i];
     acc += w[ids[i]];
     if (acc > target) return ids[i];
   }
-  return ids[n - 1];
+  return last;
+}
+
+bool Sampler::ApplyMask(const uint32_t* allowed, float* values) const {
+  const int32_t words = (vocab_size_ + 31) / 32;
+  bool any = false;
+  for (int32_t w = 0; w < words; ++w) {
+    const uint32_t bits = allowed[w];
+    const int32_t base = w * 32;
+    const int32_t n = std::min<int32_t>(32, vocab_size_ - base);
+    if (n == 32 && bits == 0xFFFFFFFFu) {
+      any = true;
+      continue;
+    }
+    for (int32_t b = 0; b < n; ++b) {
+      if (!((bits >> b) & 1u)) {
+        values[base + b] = -std::numeric_limits<float>::infinity();
+      } else {
+        any = true;
+      }
+    }
+  }
+  return any;
 }
 
 absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
-                                             SamplerScratch* scratch) {
+                                             SamplerScratch* scratch,
+                                             const uint32_t* allowed) {
   if (static_cast<int64_t>(logits.size()) != vocab_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampler got ", logits.size(), " logits for a vocabulary of ",
@@ -254,7 +283,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   const float log_z = LogSumExp(logits.data(), vocab_size_);
 
   int32_t token = 0;
-  const bool penalties = AdjustsLogits();
+  const bool penalties = AdjustsLogits() || allowed != nullptr;
   if (!penalties && params_.temperature == 0.0f) {
     for (int32_t i = 1; i < vocab_size_; ++i) {
       if (logits[i] > logits[token]) token = i;
@@ -272,6 +301,10 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
     float* values = scratch->values.data();
     std::copy(logits.begin(), logits.end(), values);
     ApplyPenalties(values);
+    if (allowed != nullptr && !ApplyMask(allowed, values)) {
+      return absl::InvalidArgumentError(
+          "the grammar allows no token at this step");
+    }
     if (params_.temperature == 0.0f) {
       for (int32_t i = 1; i < vocab_size_; ++i) {
         if (values[i] > values[token]) token = i;

@@ -16,6 +16,21 @@
 
 namespace pdserve {
 
+namespace grammar {
+class CompiledGrammar;  // engine/grammar/grammar.h
+}  // namespace grammar
+
+// Reasoning control of one sequence (v1.ReasoningControl): when it has spent
+// max_tokens tokens inside its reasoning (after start_ids, or from the start
+// when starts_inside), end_ids are forced. A grammar applies only outside
+// the reasoning.
+struct ReasoningControl {
+  int32_t max_tokens = 0;  // 0 = no limit
+  std::vector<int32_t> start_ids, end_ids;
+  bool starts_inside = false;
+  bool active() const { return !end_ids.empty(); }
+};
+
 // How one sequence picks its next token. The pipeline, in order:
 //   1. penalties on the raw logits (vLLM / OpenAI semantics):
 //      repetition_penalty r (1 = off) for every token seen in the prompt or
@@ -44,6 +59,11 @@ struct SamplingParams {
   // Most likely tokens to report with each sampled token, under the raw
   // distribution (as SampledToken::logprob): 0..kMaxTopLogprobs.
   int32_t top_logprobs = 0;
+  // Guided decoding: the engine keeps a matcher of this grammar per sequence
+  // and masks the logits with its allowed tokens before sampling (null =
+  // free).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  ReasoningControl reasoning;
 };
 
 // The most alternatives SamplingParams::top_logprobs may ask for (OpenAI's).
@@ -106,9 +126,15 @@ class Sampler {
   void AddPrompt(absl::Span<const int32_t> prompt);
 
   // Picks the next token from `logits` (vocab_size floats) and records it in
-  // the output history. INVALID_ARGUMENT when logits has the wrong size.
+  // the output history. `allowed`, when given, is a bitmask of
+  // (vocab_size + 31) / 32 words (bit id % 32 of word id / 32): only those
+  // tokens can be drawn (their logits unchanged, the others -inf, before the
+  // rest of the pipeline); the returned logprobs stay those of the model's
+  // distribution. INVALID_ARGUMENT when logits has the wrong size or the
+  // mask allows no token.
   absl::StatusOr<SampledToken> Sample(absl::Span<const float> logits,
-                                      SamplerScratch* scratch = nullptr);
+                                      SamplerScratch* scratch = nullptr,
+                                      const uint32_t* allowed = nullptr);
 
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
@@ -123,6 +149,9 @@ class Sampler {
   void FillTopLogprobs(absl::Span<const float> logits, float log_z,
                        SampledToken* out) const;
   void ApplyPenalties(float* values) const;
+  // Sets the logits of tokens `allowed` does not allow to -inf; false when
+  // it allows none.
+  bool ApplyMask(const uint32_t* allowed, float* values) const;
   double Uniform();  // [0, 1), 53 random bits
   int32_t DrawPlain(const float* logits);
   int32_t DrawFiltered(SamplerScratch& s);

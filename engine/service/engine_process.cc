@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/device_spec.h"
+#include "absl/time/time.h"
 #include "engine/core/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/service/engine_service.h"
@@ -79,7 +80,40 @@ absl::StatusOr<std::optional<metrics::EngineMetricsHandle>> StartMetrics(
   return std::optional<metrics::EngineMetricsHandle>(std::move(*handle));
 }
 
+GrammarVocabularyLoader& VocabularyLoader() {
+  static auto* loader = new GrammarVocabularyLoader();
+  return *loader;
+}
+
+// The compiler of grammar constraints over the model's vocabulary; null
+// (constraints are then refused) when the vocabulary cannot be read.
+std::unique_ptr<grammar::GrammarCompiler> LoadGrammarCompiler(
+    const std::string& tokenizer_path, int32_t vocab_size, int64_t timeout_ms) {
+  if (!VocabularyLoader()) return nullptr;
+  auto vocab = VocabularyLoader()(tokenizer_path, vocab_size);
+  if (!vocab.ok()) {
+    std::fprintf(stderr,
+                 "pdserve engine: no tokenizer in %s (%s): constrained "
+                 "decoding is off\n",
+                 tokenizer_path.c_str(), std::string(vocab.status().message()).c_str());
+    return nullptr;
+  }
+  grammar::GrammarCompiler::Options o;
+  o.compile_timeout = absl::Milliseconds(timeout_ms);
+  auto compiler = grammar::GrammarCompiler::Create(std::move(*vocab), o);
+  if (!compiler.ok()) {
+    std::fprintf(stderr, "pdserve engine: constrained decoding is off: %s\n",
+                 std::string(compiler.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*compiler);
+}
+
 }  // namespace
+
+void SetGrammarVocabularyLoader(GrammarVocabularyLoader loader) {
+  VocabularyLoader() = std::move(loader);
+}
 
 int RunEngineProcess(const config::EngineProcessOptions& flags) {
   const std::string& model_path = flags.model;
@@ -123,6 +157,11 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
 
   EngineServiceImpl service(core->get(), name, (*core)->Describe(),
                             options.max_step_tokens);
+  std::unique_ptr<grammar::GrammarCompiler> grammar = LoadGrammarCompiler(
+      flags.tokenizer.empty() ? model_path : flags.tokenizer,
+      static_cast<int32_t>(shared->config.vocab_size),
+      std::max<int64_t>(1, flags.grammar_compile_timeout_ms));
+  service.SetGrammarCompiler(grammar.get());
   auto server =
       rpc::StartServer(flags.host, flags.port, {&service});
   if (!server.ok()) return Fail("starting the server", server.status());

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/grammar/grammar_proto.h"
 #include "engine/model/sampler.h"
 #include "proto/rpc_util.h"
 
@@ -28,6 +29,11 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order varies
+  const v1::ReasoningControl& r = p.reasoning();
+  s.reasoning.max_tokens = r.max_tokens();
+  s.reasoning.start_ids.assign(r.start_ids().begin(), r.start_ids().end());
+  s.reasoning.end_ids.assign(r.end_ids().begin(), r.end_ids().end());
+  s.reasoning.starts_inside = r.starts_inside();
   return s;
 }
 
@@ -271,6 +277,19 @@ void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
 absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
   SamplingParams params = ToSamplingParams(req.sampling());
   params.top_logprobs = req.top_logprobs();
+  if (req.sampling().has_constraint()) {
+    if (grammar_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "this engine has no tokenizer for constrained decoding (see "
+          "--tokenizer)");
+    }
+    absl::StatusOr<grammar::GrammarSpec> spec =
+        grammar::SpecFromProto(req.sampling().constraint());
+    if (!spec.ok()) return spec.status();
+    auto compiled = grammar_->Compile(*spec);
+    if (!compiled.ok()) return compiled.status();
+    params.grammar = std::move(*compiled);
+  }
   return core_->AddSequence(
       req.seq_id(),
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "engine/core/engine_core.h"
+#include "engine/grammar/grammar.h"
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "common/metrics/engine_metrics.h"
 
@@ -48,6 +49,13 @@ class EngineServiceImpl final : public v1::Engine::Service {
   // service; null detaches). Safe to call while serving.
   void AttachMetrics(metrics::EngineMetrics* metrics);
 
+  // Compiles the admissions' sampling.constraint (not owned; must outlive
+  // the service). Without one, a constrained admission is refused
+  // (FAILED_PRECONDITION). Call before serving.
+  void SetGrammarCompiler(grammar::GrammarCompiler* compiler) {
+    grammar_ = compiler;
+  }
+
  private:
   // Releases, then admissions, then the step of `req`.
   grpc::Status ExecuteLocked(const v1::StepRequest& req,
@@ -64,6 +72,7 @@ class EngineServiceImpl final : public v1::Engine::Service {
 
   std::mutex mu_;
   EngineCore* const core_ ABSL_PT_GUARDED_BY(mu_);
+  grammar::GrammarCompiler* grammar_ = nullptr;  // thread-safe itself
   std::string model_name_;
   std::string backend_;
   int64_t max_step_tokens_;

@@ -17,3 +17,8 @@ pdserve_add_test(NAME engine_prefix_test LABEL unit
 pdserve_add_test(NAME engine_core_alloc_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_core_alloc_test.cc ${CMAKE_SOURCE_DIR}/tests/common/counting_allocator.cc
   LIBS pdserve_engine_core)
+# Guided decoding in the engine step (issue 15): grammar masks in batched
+# sampling, the masked sampler, the reasoning budget.
+pdserve_add_test(NAME engine_guide_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_guide_test.cc
+  LIBS pdserve_engine_core pdserve_grammar nlohmann_json::nlohmann_json)
