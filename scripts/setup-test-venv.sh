@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python clients the HTTP API integration tests drive pdserve
 # with into a private venv (nothing system-wide): the official `openai` and
-# `anthropic` SDKs from PyPI. Idempotent. The venv sees the system site
+# `anthropic` SDKs from PyPI, and jsonschema (the structured-output tests validate with it). Idempotent. The venv sees the system site
 # packages, so Debian's python3-grpcio / python3-grpc-tools serve the tests'
 # gRPC side.
 #
@@ -18,7 +18,7 @@ PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 say() { printf '[setup-test-venv] %s\n' "$*"; }
 
-if "$VENV/bin/python" -c 'import openai, anthropic, grpc, grpc_tools' 2>/dev/null; then
+if "$VENV/bin/python" -c 'import openai, anthropic, grpc, grpc_tools, jsonschema' 2>/dev/null; then
   say "openai and anthropic SDKs present in $VENV"
   exit 0
 fi
@@ -36,5 +36,5 @@ if ! "$PY" -m venv --system-site-packages "$VENV" 2>/dev/null; then
   fi
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  'openai>=1.40,<3' 'anthropic>=0.40,<3'
+  'openai>=1.40,<3' 'anthropic>=0.40,<3' 'jsonschema>=4.17,<5'
 say "openai and anthropic SDKs installed in $VENV"

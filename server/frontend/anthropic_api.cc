@@ -42,8 +42,165 @@ absl::Status BlocksText(const Json& v, const std::string& key,
   return absl::OkStatus();
 }
 
+// One turn's content: text (and thinking) blocks make one message;
+// tool_use blocks are its tool calls; each tool_result block is a "tool"
+// message of its own, before the turn's text.
+absl::Status ParseTurn(const std::string& role, const Json& content,
+                       const std::string& key, v1::GenerateRequest* req) {
+  v1::ChatMessage turn;
+  turn.set_role(role);
+  if (!content.is_array()) {
+    PDSERVE_RETURN_IF_ERROR(BlocksText(content, key, turn.mutable_content()));
+    *req->add_messages() = std::move(turn);
+    return absl::OkStatus();
+  }
+  bool any = false;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string bk = absl::StrCat(key, "[", i, "]");
+    const Json& b = content[i];
+    if (!b.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(bk, " must be an object, got ", JsonTypeName(b)));
+    }
+    std::optional<std::string> type;
+    PDSERVE_RETURN_IF_ERROR(GetString(b, "type", &type));
+    const std::string t = type.value_or("");
+    if (t == "text") {
+      std::optional<std::string> text;
+      PDSERVE_RETURN_IF_ERROR(GetString(b, "text", &text));
+      if (!turn.content().empty()) turn.mutable_content()->push_back('\n');
+      turn.mutable_content()->append(text.value_or(""));
+      any = true;
+    } else if (t == "thinking" && role == "assistant") {
+      std::optional<std::string> thinking;
+      PDSERVE_RETURN_IF_ERROR(GetString(b, "thinking", &thinking));
+      turn.mutable_reasoning_content()->append(thinking.value_or(""));
+    } else if (t == "redacted_thinking" && role == "assistant") {
+      continue;
+    } else if (t == "tool_use" && role == "assistant") {
+      std::optional<std::string> id, name;
+      PDSERVE_RETURN_IF_ERROR(GetString(b, "id", &id));
+      PDSERVE_RETURN_IF_ERROR(GetString(b, "name", &name));
+      v1::ToolCall* call = turn.add_tool_calls();
+      call->set_id(id.value_or(""));
+      call->set_name(name.value_or(""));
+      auto input = b.find("input");
+      if (input != b.end() && !input->is_null() && !input->is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            bk, ".input must be an object, got ", JsonTypeName(*input)));
+      }
+      call->set_arguments(input == b.end() || input->is_null() ? "{}"
+                                                               : DumpJson(*input));
+      any = true;
+    } else if (t == "tool_result" && role == "user") {
+      std::optional<std::string> id;
+      PDSERVE_RETURN_IF_ERROR(GetString(b, "tool_use_id", &id));
+      v1::ChatMessage* result = req->add_messages();
+      result->set_role("tool");
+      result->set_tool_call_id(id.value_or(""));
+      auto c = b.find("content");
+      if (c != b.end() && !c->is_null()) {
+        PDSERVE_RETURN_IF_ERROR(BlocksText(*c, bk + ".content", result->mutable_content()));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          bk, ".type '", t, "' is not supported in a ", role,
+          " turn (text, thinking, tool_use, tool_result)"));
+    }
+  }
+  if (any || turn.tool_calls_size() > 0) *req->add_messages() = std::move(turn);
+  return absl::OkStatus();
+}
+
+// tools [{name, description, input_schema}], tool_choice {type: auto | any
+// | tool | none, name}, thinking {type: enabled | disabled, budget_tokens}.
+absl::Status ParseAnthropicTools(const Json& body, v1::GenerateRequest* req) {
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools must be a list, got ", JsonTypeName(*it)));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& t = (*it)[i];
+      const std::string key = absl::StrCat("tools[", i, "]");
+      if (!t.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(key, " must be an object, got ", JsonTypeName(t)));
+      }
+      std::optional<std::string> name, description;
+      PDSERVE_RETURN_IF_ERROR(GetString(t, "name", &name));
+      PDSERVE_RETURN_IF_ERROR(GetString(t, "description", &description));
+      v1::Tool* tool = req->add_tools();
+      tool->set_name(name.value_or(""));
+      tool->set_description(description.value_or(""));
+      auto schema = t.find("input_schema");
+      if (schema != t.end() && !schema->is_null()) {
+        if (!schema->is_object()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              key, ".input_schema must be an object, got ", JsonTypeName(*schema)));
+        }
+        tool->set_parameters(DumpJson(*schema));
+      }
+    }
+  }
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool_choice must be an object, got ", JsonTypeName(*it)));
+    }
+    std::optional<std::string> type, name;
+    PDSERVE_RETURN_IF_ERROR(GetString(*it, "type", &type));
+    PDSERVE_RETURN_IF_ERROR(GetString(*it, "name", &name));
+    v1::ToolChoice* c = req->mutable_tool_choice();
+    const std::string t = type.value_or("auto");
+    if (t == "any") {
+      c->set_mode(v1::ToolChoice::MODE_REQUIRED);
+    } else if (t == "none") {
+      c->set_mode(v1::ToolChoice::MODE_NONE);
+    } else if (t == "tool") {
+      if (!name.has_value()) {
+        return absl::InvalidArgumentError("tool_choice.name is required for type tool");
+      }
+      c->set_mode(v1::ToolChoice::MODE_FUNCTION);
+      c->set_function(*name);
+    } else if (t != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool_choice.type '", t, "' is not auto, any, tool or none"));
+    }
+  }
+  if (auto it = body.find("thinking"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("thinking must be an object, got ", JsonTypeName(*it)));
+    }
+    std::optional<std::string> type;
+    std::optional<int64_t> budget;
+    PDSERVE_RETURN_IF_ERROR(GetString(*it, "type", &type));
+    PDSERVE_RETURN_IF_ERROR(GetInteger(*it, "budget_tokens", &budget));
+    auto* fields = req->mutable_chat_template_kwargs()->mutable_fields();
+    if (type.value_or("") == "enabled") {
+      (*fields)["enable_thinking"].set_bool_value(true);
+      if (budget.has_value()) {
+        if (*budget < 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "thinking.budget_tokens ", *budget, " must be >= 1"));
+        }
+        req->set_max_reasoning_tokens(
+            static_cast<int32_t>(std::min<int64_t>(*budget, INT32_MAX)));
+      }
+    } else if (type.value_or("") == "disabled") {
+      (*fields)["enable_thinking"].set_bool_value(false);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "thinking.type '", type.value_or(""), "' is not enabled or disabled"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 const char* StopReason(const v1::Final& f) {
   if (f.finish_reason() == v1::FINISH_REASON_LENGTH) return "max_tokens";
+  if (f.finish_reason() == v1::FINISH_REASON_TOOL_CALLS) return "tool_use";
   if (!f.stop_string().empty()) return "stop_sequence";
   return "end_turn";
 }
@@ -52,6 +209,20 @@ Json StopSequence(const v1::Final& f) {
   return f.stop_string().empty() ? Json(nullptr) : Json(f.stop_string());
 }
 
+// "toolu_..." for a parsed call id "call_...".
+std::string ToolUseId(const std::string& call_id) {
+  return "toolu_" + (call_id.rfind("call_", 0) == 0 ? call_id.substr(5) : call_id);
+}
+
+// A tool call's input: its arguments as a JSON object ({} when they do not
+// parse, e.g. cut off by max_tokens).
+Json ToolInput(const std::string& arguments) {
+  Json j = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : Json::object();
+}
+
+// Streams content blocks: thinking, text and tool_use, each opened when its
+// first piece comes (the previous one closed then).
 class MessagesFormat : public ApiFormat {
  public:
   std::string StreamStart(const ResponseMeta& meta, int,
@@ -67,19 +238,32 @@ class MessagesFormat : public ApiFormat {
                      {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}};
     return Event("message_start",
                  {{"type", "message_start"}, {"message", std::move(message)}}) +
-           Event("content_block_start",
-                 {{"type", "content_block_start"},
-                  {"index", 0},
-                  {"content_block", {{"type", "text"}, {"text", ""}}}}) +
            Event("ping", {{"type", "ping"}});
   }
   std::string StreamDelta(const ResponseMeta&, int,
                           const v1::Delta& delta) const override {
-    if (delta.text().empty()) return "";
-    return Event("content_block_delta",
-                 {{"type", "content_block_delta"},
-                  {"index", 0},
-                  {"delta", {{"type", "text_delta"}, {"text", delta.text()}}}});
+    std::string out;
+    if (!delta.reasoning_text().empty()) {
+      out += Open(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}});
+      out += BlockDelta({{"type", "thinking_delta"}, {"thinking", delta.reasoning_text()}});
+    }
+    if (!delta.text().empty()) {
+      out += Open(Block::kText, {{"type", "text"}, {"text", ""}});
+      out += BlockDelta({{"type", "text_delta"}, {"text", delta.text()}});
+    }
+    for (const v1::ToolCallDelta& c : delta.tool_calls()) {
+      if (!c.name().empty()) {
+        out += Close();
+        out += Open(Block::kToolUse, {{"type", "tool_use"},
+                                      {"id", ToolUseId(c.id())},
+                                      {"name", c.name()},
+                                      {"input", Json::object()}});
+      }
+      if (!c.arguments().empty()) {
+        out += BlockDelta({{"type", "input_json_delta"}, {"partial_json", c.arguments()}});
+      }
+    }
+    return out;
   }
   std::string StreamFinal(const ResponseMeta&, int,
                           const v1::Final&) const override {
@@ -87,8 +271,10 @@ class MessagesFormat : public ApiFormat {
   }
   std::string StreamEnd(const ResponseMeta&, const v1::Final& last,
                         const v1::Usage& usage) const override {
-    return Event("content_block_stop",
-                 {{"type", "content_block_stop"}, {"index", 0}}) +
+    std::string out;
+    if (next_index_ == 0) out += Open(Block::kText, {{"type", "text"}, {"text", ""}});
+    out += Close();
+    return out +
            Event("message_delta",
                  {{"type", "message_delta"},
                   {"delta",
@@ -104,13 +290,27 @@ class MessagesFormat : public ApiFormat {
                 const std::vector<ChoiceResult>& choices,
                 const v1::Usage& usage) const override {
     const ChoiceResult& c = choices.at(0);
+    Json content = Json::array();
+    if (!c.merged.reasoning_text().empty()) {
+      content.push_back(Json{{"type", "thinking"},
+                             {"thinking", c.merged.reasoning_text()},
+                             {"signature", ""}});
+    }
+    if (!c.merged.text().empty() || c.merged.tool_calls_size() == 0) {
+      content.push_back(Json{{"type", "text"}, {"text", c.merged.text()}});
+    }
+    for (const v1::ToolCallDelta& call : c.merged.tool_calls()) {
+      content.push_back(Json{{"type", "tool_use"},
+                             {"id", ToolUseId(call.id())},
+                             {"name", call.name()},
+                             {"input", ToolInput(call.arguments())}});
+    }
     return Json{
         {"id", meta.id},
         {"type", "message"},
         {"role", "assistant"},
         {"model", meta.model},
-        {"content",
-         Json::array({Json{{"type", "text"}, {"text", c.merged.text()}}})},
+        {"content", std::move(content)},
         {"stop_reason", StopReason(c.final)},
         {"stop_sequence", StopSequence(c.final)},
         {"usage",
@@ -121,6 +321,35 @@ class MessagesFormat : public ApiFormat {
   Json ErrorBody(const ApiError& error) const override {
     return AnthropicErrorBody(error);
   }
+
+ private:
+  enum class Block { kNone, kThinking, kText, kToolUse };
+
+  // Opens a block of `type` unless one is open (a tool_use block always
+  // opens anew: the caller closes the previous one).
+  std::string Open(Block type, Json block) const {
+    if (open_ == type && type != Block::kToolUse) return "";
+    std::string out = Close();
+    open_ = type;
+    current_ = next_index_++;
+    return out + Event("content_block_start", {{"type", "content_block_start"},
+                                               {"index", current_},
+                                               {"content_block", std::move(block)}});
+  }
+  std::string BlockDelta(Json delta) const {
+    return Event("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", current_},
+                                         {"delta", std::move(delta)}});
+  }
+  std::string Close() const {
+    if (open_ == Block::kNone) return "";
+    open_ = Block::kNone;
+    return Event("content_block_stop", {{"type", "content_block_stop"}, {"index", current_}});
+  }
+
+  // The stream's open block (calls are serialized by the caller).
+  mutable Block open_ = Block::kNone;
+  mutable int current_ = -1, next_index_ = 0;
 };
 
 }  // namespace
@@ -157,15 +386,13 @@ absl::StatusOr<ApiRequest> ParseMessagesRequest(const Json& body,
       return absl::InvalidArgumentError(absl::StrCat(
           mk, ".role '", role.value_or(""), "' must be user or assistant"));
     }
-    v1::ChatMessage* out = req.add_messages();
-    out->set_role(*role);
     auto content = m.find("content");
     if (content == m.end()) {
       return absl::InvalidArgumentError(mk + ".content is required");
     }
-    PDSERVE_RETURN_IF_ERROR(
-        BlocksText(*content, mk + ".content", out->mutable_content()));
+    PDSERVE_RETURN_IF_ERROR(ParseTurn(*role, *content, mk + ".content", &req));
   }
+  PDSERVE_RETURN_IF_ERROR(ParseAnthropicTools(body, &req));
   std::optional<int64_t> max_tokens, top_k;
   PDSERVE_RETURN_IF_ERROR(GetInteger(body, "max_tokens", &max_tokens));
   if (!for_count) {

@@ -204,6 +204,19 @@ void MergeDelta(const v1::Delta& delta, v1::Delta* merged) {
   merged->mutable_token_ids()->MergeFrom(delta.token_ids());
   merged->mutable_logprobs()->MergeFrom(delta.logprobs());
   merged->mutable_top_logprobs()->MergeFrom(delta.top_logprobs());
+  merged->mutable_reasoning_text()->append(delta.reasoning_text());
+  // One entry per call: its id and name, and all its arguments text.
+  for (const v1::ToolCallDelta& c : delta.tool_calls()) {
+    v1::ToolCallDelta* into = nullptr;
+    for (v1::ToolCallDelta& m : *merged->mutable_tool_calls()) {
+      if (m.index() == c.index()) into = &m;
+    }
+    if (into == nullptr) {
+      *merged->add_tool_calls() = c;
+    } else {
+      into->mutable_arguments()->append(c.arguments());
+    }
+  }
 }
 
 Json OpenAiErrorBody(const ApiError& e) {

@@ -18,7 +18,9 @@
 
 namespace pdserve::frontend {
 
-using Json = nlohmann::json;
+// Insertion-ordered: request JSON keeps its key order (tool schemas reach
+// the chat template as the client wrote them), responses keep theirs.
+using Json = nlohmann::ordered_json;
 
 // Compact JSON text; invalid UTF-8 in strings becomes U+FFFD.
 std::string DumpJson(const Json& j);
@@ -94,12 +96,14 @@ struct ChoiceResult {
   v1::Delta merged;
   v1::Final final;
 };
-// Appends `delta` to `merged` (text concatenated, the lists extended).
+// Appends `delta` to `merged` (text and reasoning concatenated, the lists
+// extended, tool-call pieces merged into one entry per call index).
 void MergeDelta(const v1::Delta& delta, v1::Delta* merged);
 
 // How one endpoint formats its answers. SSE output is complete events
 // ("data: {...}\n\n", or "event: x\ndata: {...}\n\n" for Anthropic).
-// Implementations are immutable and thread-safe.
+// One instance formats one response; its caller serializes the calls (an
+// Anthropic stream keeps which content block is open).
 class ApiFormat {
  public:
   virtual ~ApiFormat() = default;

@@ -83,7 +83,28 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
           ? flags.name
           : DefaultServedModelName(flags.model.empty() ? tokenizer_path
                                                        : flags.model);
-  auto model = LoadModelContext(tokenizer_path, name);
+  ModelContextOptions model_options;
+  if (!flags.tool_call_parser.empty()) {
+    auto f = ParseToolCallFormat(flags.tool_call_parser);
+    if (!f.ok()) {
+      std::fprintf(stderr, "pdserve frontend: --tool-call-parser: %s\n",
+                   std::string(f.status().message()).c_str());
+      return 2;
+    }
+    model_options.tool_format = *f;
+  }
+  if (!flags.reasoning_parser.empty()) {
+    auto f = ParseReasoningFormat(flags.reasoning_parser);
+    if (!f.ok()) {
+      std::fprintf(stderr, "pdserve frontend: --reasoning-parser: %s\n",
+                   std::string(f.status().message()).c_str());
+      return 2;
+    }
+    model_options.reasoning_format = *f;
+  }
+  model_options.grammar_compile_timeout_ms =
+      std::max<int64_t>(1, flags.grammar_compile_timeout_ms);
+  auto model = LoadModelContext(tokenizer_path, name, model_options);
   if (!model.ok()) {
     std::fprintf(stderr, "pdserve frontend: loading tokenizer %s: %s\n",
                  tokenizer_path.c_str(),

@@ -12,6 +12,13 @@ double Seconds(GenerationStream::Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+OutputParserOptions ParserOptions(const PreparedRequest& prepared,
+                                  const std::string& request_id) {
+  OutputParserOptions o = prepared.parser;
+  o.call_id_seed = request_id;
+  return o;
+}
+
 Detokenizer::Options DetokenizerOptions(const v1::GenerateRequest& req,
                                         const PreparedRequest& prepared) {
   Detokenizer::Options opts;
@@ -49,6 +56,7 @@ std::string NextRequestId(absl::string_view prefix) {
 GenerationStream::GenerationStream(const GenerationContext& context,
                                    const v1::GenerateRequest& req,
                                    const PreparedRequest& prepared,
+                                   const std::string& request_id,
                                    std::shared_ptr<GenerationSink> sink,
                                    absl::string_view api,
                                    Clock::time_point start)
@@ -60,6 +68,7 @@ GenerationStream::GenerationStream(const GenerationContext& context,
       top_logprobs_(req.top_logprobs()),
       stop_strings_(prepared.stop_strings),
       detok_(*context.model->tokenizer, DetokenizerOptions(req, prepared)),
+      parser_(ParserOptions(prepared, request_id)),
       start_(start) {}
 
 std::shared_ptr<GenerationStream> GenerationStream::Start(
@@ -68,7 +77,8 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
     std::shared_ptr<GenerationSink> sink, absl::string_view api,
     Clock::time_point start) {
   std::shared_ptr<GenerationStream> stream(
-      new GenerationStream(context, req, prepared, std::move(sink), api, start));
+      new GenerationStream(context, req, prepared, request_id, std::move(sink),
+                           api, start));
   GenerationStream& s = *stream;
   s.self_ = stream;
   s.request_id_ = request_id;
@@ -82,6 +92,12 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
                                     prepared.stop_ids.end());
   s.submit_.set_priority(req.priority());
   s.submit_.set_top_logprobs(req.top_logprobs());
+  if (prepared.constraint.has_value()) {
+    *s.submit_.mutable_sampling()->mutable_constraint() = *prepared.constraint;
+  }
+  if (prepared.reasoning.has_value()) {
+    *s.submit_.mutable_sampling()->mutable_reasoning() = *prepared.reasoning;
+  }
   context.scheduler->async()->Submit(&s.client_ctx_, &s.submit_, &s);
   s.StartRead(&s.event_);
   s.StartCall();
@@ -101,7 +117,8 @@ void GenerationStream::OnReadDone(bool ok) {
     stopped = HandleEventLocked(&delta, &final);
   }
   if (first) sink_->OnFirstToken();
-  if (!delta.text().empty() || delta.token_ids_size() > 0) {
+  if (!delta.text().empty() || delta.token_ids_size() > 0 ||
+      !delta.reasoning_text().empty() || delta.tool_calls_size() > 0) {
     sink_->OnDelta(std::move(delta));
   }
   if (final.has_value()) sink_->OnDone(grpc::Status::OK, *final);
@@ -186,9 +203,27 @@ bool GenerationStream::HandleEventLocked(v1::Delta* delta,
   }
   if (event_.has_timings()) timings_ = event_.timings();
   if (event_.has_usage()) cached_tokens_ = event_.usage().cached_tokens();
-  delta->set_text(std::move(text));
+  ParsedDelta parsed = parser_.Feed(text);
+  if (finished) {
+    ParsedDelta rest = parser_.Finish();
+    parsed.content += rest.content;
+    parsed.reasoning += rest.reasoning;
+    for (ToolCallDelta& c : rest.tool_calls) parsed.tool_calls.push_back(std::move(c));
+  }
+  delta->set_text(std::move(parsed.content));
+  delta->set_reasoning_text(std::move(parsed.reasoning));
+  for (const ToolCallDelta& c : parsed.tool_calls) {
+    v1::ToolCallDelta* d = delta->add_tool_calls();
+    d->set_index(c.index);
+    d->set_id(c.id);
+    d->set_name(c.name);
+    d->set_arguments(c.arguments);
+  }
   if (!finished) return false;
   finish_reason_ = stopped ? v1::FINISH_REASON_STOP : event_.finish_reason();
+  if (finish_reason_ == v1::FINISH_REASON_STOP && parser_.tool_call_count() > 0) {
+    finish_reason_ = v1::FINISH_REASON_TOOL_CALLS;
+  }
   *final = MakeFinalLocked(finish_reason_);
   if (stopped) (*final)->set_stop_string(stop_strings_[detok_.stop_index()]);
   final_sent_ = true;
@@ -230,6 +265,7 @@ metrics::RequestStats GenerationStream::Stats() const {
   r.generated_tokens = completion_tokens_;
   switch (finish_reason_) {
     case v1::FINISH_REASON_STOP:
+    case v1::FINISH_REASON_TOOL_CALLS:
       r.finish_reason = "stop";
       break;
     case v1::FINISH_REASON_LENGTH:

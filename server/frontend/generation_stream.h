@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/api.pb.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
+#include "server/chat/output_parser.h"
 #include "server/frontend/request_prep.h"
 #include "common/metrics/frontend_metrics.h"
 #include "server/tokenizer/detokenizer.h"
@@ -32,10 +33,12 @@ class GenerationSink {
   // The first token arrived (the prompt is computed and in the prefix
   // cache). Before the OnDelta that carries it.
   virtual void OnFirstToken() {}
-  // Text (whole UTF-8 characters) and, as the request asked, token ids,
-  // logprobs and top alternatives since the previous delta. Never empty.
+  // Text (whole UTF-8 characters: the answer), reasoning text, tool-call
+  // pieces and, as the request asked, token ids, logprobs and top
+  // alternatives since the previous delta. Never empty.
   virtual void OnDelta(v1::Delta delta) = 0;
-  // `status` OK: `final` holds the finish reason (STOP, LENGTH), the usage
+  // `status` OK: `final` holds the finish reason (STOP, LENGTH, TOOL_CALLS
+  // when the reply's tool calls ended it), the usage
   // (cached prompt tokens included), timings and the stop string that
   // matched. Otherwise the request failed or was cancelled (CANCELLED) and
   // `final` holds the usage so far.
@@ -83,6 +86,7 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   GenerationStream(const GenerationContext& context,
                    const v1::GenerateRequest& req,
                    const PreparedRequest& prepared,
+                   const std::string& request_id,
                    std::shared_ptr<GenerationSink> sink, absl::string_view api,
                    Clock::time_point start);
   // Turns event_ into a delta (and the final when it ends the request).
@@ -105,6 +109,7 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
 
   mutable std::mutex mu_;  // guards everything below
   Detokenizer detok_ ABSL_GUARDED_BY(mu_);
+  OutputParser parser_ ABSL_GUARDED_BY(mu_);  // reasoning, tool calls
   Clock::time_point start_ ABSL_GUARDED_BY(mu_);
   Clock::time_point first_token_ ABSL_GUARDED_BY(mu_);
   Clock::time_point last_token_ ABSL_GUARDED_BY(mu_);

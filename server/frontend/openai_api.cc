@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/frontend/openai_tools.h"
 #include "server/tokenizer/unicode.h"
 
 namespace pdserve::frontend {
@@ -20,6 +21,8 @@ Json FinishReasonJson(v1::FinishReason r) {
       return "abort";
     case v1::FINISH_REASON_ERROR:
       return "error";
+    case v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return nullptr;
   }
@@ -200,6 +203,7 @@ absl::Status ParseChatMessages(const Json& messages, const char* key,
       PDSERVE_RETURN_IF_ERROR(
           ContentText(*it, mk + ".content", out->mutable_content()));
     }
+    PDSERVE_RETURN_IF_ERROR(ParseMessageTools(m, mk, out));
   }
   return absl::OkStatus();
 }
@@ -213,6 +217,7 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const Json& body) {
   }
   PDSERVE_RETURN_IF_ERROR(ParseChatMessages(*it, "messages", &req));
   PDSERVE_RETURN_IF_ERROR(ParseCommon(body, &req, &api));
+  PDSERVE_RETURN_IF_ERROR(ParseChatGuidance(body, &req));
   std::optional<bool> logprobs;
   std::optional<int64_t> top_logprobs;
   PDSERVE_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
@@ -337,7 +342,7 @@ class OpenAiFormat : public ApiFormat {
   }
   std::string StreamDelta(const ResponseMeta& meta, int index,
                           const v1::Delta& delta) const override {
-    Json choice = TextJson(delta.text(), /*whole=*/false);
+    Json choice = TextJson(delta, /*whole=*/false);
     choice["index"] = index;
     choice["logprobs"] = Logprobs(delta);
     choice["finish_reason"] = nullptr;
@@ -345,7 +350,7 @@ class OpenAiFormat : public ApiFormat {
   }
   std::string StreamFinal(const ResponseMeta& meta, int index,
                           const v1::Final& final) const override {
-    Json choice = TextJson("", /*whole=*/false);
+    Json choice = TextJson(v1::Delta(), /*whole=*/false);
     if (choice.contains("delta")) choice["delta"] = Json::object();
     choice["index"] = index;
     choice["logprobs"] = nullptr;
@@ -358,7 +363,7 @@ class OpenAiFormat : public ApiFormat {
                 const v1::Usage& usage) const override {
     Json list = Json::array();
     for (size_t i = 0; i < choices.size(); ++i) {
-      Json choice = TextJson(choices[i].merged.text(), /*whole=*/true);
+      Json choice = TextJson(choices[i].merged, /*whole=*/true);
       choice["index"] = i;
       choice["logprobs"] = Logprobs(choices[i].merged);
       choice["finish_reason"] = FinishReasonJson(choices[i].final.finish_reason());
@@ -374,7 +379,7 @@ class OpenAiFormat : public ApiFormat {
  protected:
   // A choice's text: {"delta": {"content"}} / {"message": {...}} for chat,
   // {"text"} for completions; `whole`: the complete (non-streamed) reply.
-  virtual Json TextJson(const std::string& text, bool whole) const = 0;
+  virtual Json TextJson(const v1::Delta& delta, bool whole) const = 0;
   // The choice's logprobs object, or null when none were asked for.
   virtual Json Logprobs(const v1::Delta& d) const = 0;
 
@@ -431,11 +436,8 @@ class ChatFormat : public OpenAiFormat {
     return out;
   }
  private:
-  Json TextJson(const std::string& text, bool whole) const override {
-    if (whole) {
-      return Json{{"message", {{"role", "assistant"}, {"content", text}}}};
-    }
-    return Json{{"delta", {{"content", text}}}};
+  Json TextJson(const v1::Delta& delta, bool whole) const override {
+    return Json{{whole ? "message" : "delta", ChatMessageJson(delta, whole)}};
   }
   // {"content": [{token, logprob, bytes, top_logprobs}]}.
   Json Logprobs(const v1::Delta& d) const override {
@@ -469,8 +471,8 @@ class CompletionFormat : public OpenAiFormat {
     return "";
   }
  private:
-  Json TextJson(const std::string& text, bool) const override {
-    return Json{{"text", text}};
+  Json TextJson(const v1::Delta& delta, bool) const override {
+    return Json{{"text", delta.text()}};
   }
   // The legacy shape: tokens, token_logprobs, top_logprobs ({text: lp}),
   // text_offset (bytes into this piece of text).

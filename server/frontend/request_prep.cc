@@ -3,12 +3,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "engine/grammar/grammar_proto.h"
+#include "server/tokenizer/grammar_vocabulary.h"
+#include "server/frontend/tool_prep.h"
 #include "server/tokenizer/unicode.h"
 
 namespace pdserve::frontend {
@@ -92,7 +96,8 @@ absl::Status ApplyTemplateKwargs(const google::protobuf::Struct& kwargs,
 }
 
 absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
-    const v1::GenerateRequest& req, const ModelContext& model) {
+    const v1::GenerateRequest& req, const ModelContext& model,
+    const nlohmann::ordered_json& tools, bool add_generation_prompt = true) {
   static const char* kRoles[] = {"system", "user", "assistant", "tool"};
   std::vector<ChatMessage> messages;
   bool any_content = false;
@@ -109,11 +114,24 @@ absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
         !s.ok()) {
       return s;
     }
-    any_content |= !m.content().empty();
+    any_content |= !m.content().empty() || m.tool_calls_size() > 0;
     ChatMessage msg;
     msg.role = m.role();
     msg.content = m.content();
     if (!m.name().empty()) msg.name = m.name();
+    if (!m.reasoning_content().empty()) msg.reasoning_content = m.reasoning_content();
+    if (!m.tool_call_id().empty()) msg.tool_call_id = m.tool_call_id();
+    for (int j = 0; j < m.tool_calls_size(); ++j) {
+      const v1::ToolCall& c = m.tool_calls(j);
+      ChatToolCall call;
+      call.id = c.id();
+      call.name = c.name();
+      auto args = ParseArguments(
+          c.arguments(), absl::StrFormat("messages[%d].tool_calls[%d].arguments", i, j));
+      if (!args.ok()) return args.status();
+      call.arguments = std::move(*args);
+      msg.tool_calls.push_back(std::move(call));
+    }
     messages.push_back(std::move(msg));
   }
   if (!any_content) {
@@ -122,12 +140,88 @@ absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
   }
   ChatRenderOptions options;
   options.now = absl::Now();  // for templates that call strftime_now()
+  options.tools = tools;
+  options.add_generation_prompt = add_generation_prompt;
   if (absl::Status s = ApplyTemplateKwargs(req.chat_template_kwargs(), &options);
       !s.ok()) {
     return s;
   }
   return model.chat_template->RenderSegments(messages, options,
                                              model.control_tokens);
+}
+
+// Compiles `c` with the model's compiler (the result is cached for the next
+// request with it).
+absl::Status CompileConstraint(const ModelContext& model,
+                               const v1::GrammarConstraint& c) {
+  if (model.grammar == nullptr) {
+    return absl::FailedPreconditionError(
+        "constrained decoding is not available for this model");
+  }
+  absl::StatusOr<grammar::GrammarSpec> spec = grammar::SpecFromProto(c);
+  if (!spec.ok()) return spec.status();
+  auto compiled = model.grammar->Compile(*spec);
+  if (compiled.ok()) return absl::OkStatus();
+  if (compiled.status().code() != absl::StatusCode::kInvalidArgument) {
+    return compiled.status();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("sampling.constraint: ", compiled.status().message()));
+}
+
+// The constraint (the request's or a forced tool call's), the reasoning
+// control and the reply parser of a chat request.
+absl::Status PrepareGuidance(const v1::GenerateRequest& req,
+                             const ModelContext& model,
+                             const nlohmann::ordered_json& tools,
+                             const std::vector<PromptSegment>& segments,
+                             PreparedRequest* out) {
+  if (req.sampling().has_constraint()) out->constraint = req.sampling().constraint();
+  if (auto forced = ForcedToolCall(req.tool_choice(), tools, model.tool_format)) {
+    if (out->constraint.has_value()) {
+      return absl::InvalidArgumentError(
+          "a response format or constraint cannot be combined with a "
+          "tool_choice that forces a call");
+    }
+    out->constraint = std::move(*forced);
+  }
+  if (out->constraint.has_value()) {
+    if (absl::Status s = CompileConstraint(model, *out->constraint); !s.ok()) return s;
+  }
+  // Whether the generation prompt (what the template adds after the last
+  // message) opens the reasoning; request text cannot decide it.
+  bool opens = false;
+  if (model.reasoning_format == ReasoningFormat::kThink) {
+    std::string prompt, history;
+    for (const PromptSegment& seg : segments) prompt += seg.text;
+    auto without = RenderMessages(req, model, tools, /*add_generation_prompt=*/false);
+    if (without.ok()) {
+      for (const PromptSegment& seg : *without) history += seg.text;
+    }
+    opens = PromptOpensReasoning(
+        absl::string_view(prompt).substr(absl::StartsWith(prompt, history)
+                                             ? history.size()
+                                             : 0));
+  }
+  if (model.reasoning_format == ReasoningFormat::kThink &&
+      !model.think_end_ids.empty() &&
+      (req.max_reasoning_tokens() > 0 || out->constraint.has_value())) {
+    v1::ReasoningControl r;
+    r.set_max_tokens(req.max_reasoning_tokens());
+    r.mutable_start_ids()->Add(model.think_start_ids.begin(),
+                               model.think_start_ids.end());
+    r.mutable_end_ids()->Add(model.think_end_ids.begin(), model.think_end_ids.end());
+    r.set_starts_inside(opens);
+    out->reasoning = std::move(r);
+  }
+  OutputParserOptions& p = out->parser;
+  p.reasoning = req.raw_reasoning() ? ReasoningFormat::kNone : model.reasoning_format;
+  p.starts_in_reasoning = opens;
+  if (!tools.is_null() && req.tool_choice().mode() != v1::ToolChoice::MODE_NONE) {
+    p.tool_calls = model.tool_format;
+    p.tools = nlohmann::json::parse(tools.dump());
+  }
+  return absl::OkStatus();
 }
 
 // Finds invalid UTF-8 in the string fields of a serialized GenerateRequest
@@ -183,7 +277,8 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& wire
 }
 
 absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
-    const std::string& tokenizer_path, const std::string& name) {
+    const std::string& tokenizer_path, const std::string& name,
+    const ModelContextOptions& options) {
   auto model = std::make_unique<ModelContext>();
   model->name = name;
   auto tok = Tokenizer::Load(tokenizer_path);
@@ -200,7 +295,34 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
     if (t.IsSpecial(id)) added.push_back({t.TokenBytes(id), /*special=*/true});
   }
   model->control_tokens = model->chat_template->ControlTokens(added);
+  const std::string& source = model->chat_template->source();
+  model->tool_format = options.tool_format.value_or(DetectToolCallFormat(source));
+  model->reasoning_format =
+      options.reasoning_format.value_or(DetectReasoningFormat(source));
+  if (model->reasoning_format == ReasoningFormat::kThink) {
+    for (auto [text, ids] : {std::pair{"<think>", &model->think_start_ids},
+                             std::pair{"</think>", &model->think_end_ids}}) {
+      auto enc = t.Encode(text, /*parse_special=*/true);
+      if (enc.ok()) *ids = std::move(*enc);
+    }
+  }
+  grammar::GrammarCompiler::Options go;
+  go.compile_timeout = absl::Milliseconds(options.grammar_compile_timeout_ms);
+  auto compiler = grammar::GrammarCompiler::Create(grammar::VocabularyOf(t), go);
+  if (!compiler.ok()) return compiler.status();
+  model->grammar = std::move(*compiler);
   return model;
+}
+
+absl::StatusOr<std::string> RenderChatPrompt(const v1::GenerateRequest& req,
+                                             const ModelContext& model) {
+  auto tools = ToolsJson(req);
+  if (!tools.ok()) return tools.status();
+  auto segments = RenderMessages(req, model, *tools);
+  if (!segments.ok()) return segments.status();
+  std::string text;
+  for (const PromptSegment& seg : *segments) text += seg.text;
+  return text;
 }
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
@@ -257,9 +379,24 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
     out.stop_strings.push_back(s);
   }
   const Tokenizer& tok = *model.tokenizer;
+  if (!chat && (req.tools_size() > 0 || req.max_reasoning_tokens() != 0)) {
+    return absl::InvalidArgumentError(
+        "tools and max_reasoning_tokens need messages (a chat request)");
+  }
+  if (req.max_reasoning_tokens() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_reasoning_tokens %d must be >= 0 (0 = no limit)",
+        req.max_reasoning_tokens()));
+  }
   if (chat) {
-    auto segments = RenderMessages(req, model);
+    auto tools = ToolsJson(req);
+    if (!tools.ok()) return tools.status();
+    auto segments = RenderMessages(req, model, *tools);
     if (!segments.ok()) return segments.status();
+    if (absl::Status s = PrepareGuidance(req, model, *tools, *segments, &out);
+        !s.ok()) {
+      return s;
+    }
     // Template text carries the control tokens; request text never does.
     for (const PromptSegment& segment : *segments) {
       auto ids = tok.Encode(segment.text, /*parse_special=*/!segment.user_text);
@@ -267,6 +404,12 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
       out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
     }
   } else if (ids) {
+    if (req.sampling().has_constraint()) {
+      if (auto s = CompileConstraint(model, req.sampling().constraint()); !s.ok()) {
+        return s;
+      }
+      out.constraint = req.sampling().constraint();
+    }
     for (int i = 0; i < req.prompt_ids_size(); ++i) {
       const int32_t id = req.prompt_ids(i);
       if (id < 0 || id >= tok.vocab_size()) {
@@ -278,6 +421,12 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
     out.prompt_ids.assign(req.prompt_ids().begin(), req.prompt_ids().end());
   } else {
     if (auto s = CheckUtf8("prompt", req.prompt()); !s.ok()) return s;
+    if (req.sampling().has_constraint()) {
+      if (auto s = CompileConstraint(model, req.sampling().constraint()); !s.ok()) {
+        return s;
+      }
+      out.constraint = req.sampling().constraint();
+    }
     auto ids = tok.Encode(req.prompt(), /*parse_special=*/false);
     if (!ids.ok()) return ids.status();
     if (tok.add_bos() && tok.bos_id() >= 0) out.prompt_ids.push_back(tok.bos_id());

@@ -15,7 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pdserve/v1/api.pb.h"
+#include "engine/grammar/grammar.h"
 #include "server/chat/chat_template.h"
+#include "server/chat/output_parser.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace pdserve::frontend {
@@ -34,6 +36,21 @@ struct ModelContext {
   // front end process whenever the scheduler reports a (re)connected engine;
   // read once per request.
   std::atomic<int64_t> max_seq_len{0};
+  // Compiles requests' constraints (validation; the engine compiles its own
+  // copy). Thread-safe.
+  std::unique_ptr<grammar::GrammarCompiler> grammar;
+  // The reply formats of the model family (from the template, or flags).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;
+  // The tokens of "<think>" and "</think>" (empty without reasoning).
+  std::vector<int32_t> think_start_ids, think_end_ids;
+};
+
+// Overrides of what LoadModelContext detects.
+struct ModelContextOptions {
+  std::optional<ToolCallFormat> tool_format;        // --tool-call-parser
+  std::optional<ReasoningFormat> reasoning_format;  // --reasoning-parser
+  int64_t grammar_compile_timeout_ms = 10000;       // --grammar-compile-timeout-ms
 };
 
 // Limits on request fields beyond the model's.
@@ -48,6 +65,13 @@ struct PreparedRequest {
   int32_t max_new_tokens = 0;
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_ids;
+  // The constraint the engine applies (the request's, or the one that
+  // forces a tool call), compiled once here; and the reasoning control.
+  std::optional<v1::GrammarConstraint> constraint;
+  std::optional<v1::ReasoningControl> reasoning;
+  // How the reply is parsed (reasoning, tool calls); call_id_seed is the
+  // stream's to set.
+  OutputParserOptions parser;
 };
 
 // Parses a serialized GenerateRequest. When protobuf refuses it, finds the
@@ -59,7 +83,8 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& wire
 // Builds the model context: loads the tokenizer from `tokenizer_path` and
 // compiles the chat template the vocabulary carries (ChatML when none).
 absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
-    const std::string& tokenizer_path, const std::string& name);
+    const std::string& tokenizer_path, const std::string& name,
+    const ModelContextOptions& options = {});
 
 // INVALID_ARGUMENT: neither or both of messages/prompt, empty content of
 // every message, unknown role, invalid UTF-8 (field and byte offset),
@@ -71,9 +96,20 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
 // strings, an unknown model name, chat_template_kwargs that are not an
 // object. Messages start with the field's path in GenerateRequest
 // ("sampling.top_p 1.5 must be in [0, 1]").
-// RESOURCE_EXHAUSTED: prompt longer than the sequence capacity.
+// Tools (tool_prep.h: ToolsJson), tool_calls arguments that are not JSON
+// objects, tools or max_reasoning_tokens without messages, a negative
+// max_reasoning_tokens, a constraint that does not compile ("sampling.
+// constraint: json_schema does not compile: ...") or comes with a forced
+// tool choice: INVALID_ARGUMENT.
+// RESOURCE_EXHAUSTED: prompt longer than the sequence capacity, or too
+// many constraints compiling at once.
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
                                                const ModelContext& model);
+
+// The prompt text a chat request renders to (messages, tools, template
+// kwargs, with the generation prompt), as PrepareRequest tokenizes it.
+absl::StatusOr<std::string> RenderChatPrompt(const v1::GenerateRequest& req,
+                                             const ModelContext& model);
 
 // The Tokenize RPC and POST /tokenize: `text` as ids, BOS first when
 // add_bos and the model has one; parse_special turns special-token text into

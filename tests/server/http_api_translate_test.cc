@@ -290,17 +290,18 @@ TEST(AnthropicFormatTest, EventsFromMessageStartToMessageStop) {
   u.set_prompt_tokens(7);
   u.set_completion_tokens(3);
   u.set_cached_tokens(4);
-  const std::string sse = f->StreamStart(meta, 1, 7) +
-                          f->StreamDelta(meta, 0, d) +
-                          f->StreamFinal(meta, 0, fin) +
-                          f->StreamEnd(meta, fin, u);
+  // One call after the other: the format keeps which block is open.
+  std::string sse = f->StreamStart(meta, 1, 7);
+  sse += f->StreamDelta(meta, 0, d);
+  sse += f->StreamFinal(meta, 0, fin);
+  sse += f->StreamEnd(meta, fin, u);
   std::vector<std::string> events;
   size_t pos = 0;
   while ((pos = sse.find("event: ", pos)) != std::string::npos) {
     pos += 7;
     events.push_back(sse.substr(pos, sse.find('\n', pos) - pos));
   }
-  EXPECT_THAT(events, ElementsAre("message_start", "content_block_start", "ping",
+  EXPECT_THAT(events, ElementsAre("message_start", "ping", "content_block_start",
                                   "content_block_delta", "content_block_stop",
                                   "message_delta", "message_stop"));
   std::vector<std::string> data = DataLines(sse);
