@@ -174,8 +174,25 @@ class GrammarCompiler::Impl {
   static CompileResult Run(const std::shared_ptr<Impl>& self,
                            const GrammarSpec& spec) {
     if (absl::Status s = CheckLimits(spec); !s.ok()) return s;
-    const std::string key = SpecKey(spec);
     std::shared_future<CompileResult> future;
+    if (absl::Status s = Start(self, spec, &future); !s.ok()) return s;
+    const auto limit = absl::ToChronoMilliseconds(self->options_.compile_timeout);
+    if (future.wait_for(limit) != std::future_status::ready) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          GrammarKindName(spec.kind), " took more than ",
+          absl::ToInt64Milliseconds(self->options_.compile_timeout),
+          " ms to compile (the limit); simplify it"));
+    }
+    return future.get();
+  }
+
+  // The future of `spec`'s compilation: the cached one, or a new one started
+  // on a detached thread.
+  static absl::Status Start(const std::shared_ptr<Impl>& self,
+                            const GrammarSpec& spec,
+                            std::shared_future<CompileResult>* out) {
+    const std::string key = SpecKey(spec);
+    std::shared_future<CompileResult>& future = *out;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       auto it = self->cache_.find(key);
@@ -205,14 +222,7 @@ class GrammarCompiler::Impl {
         }).detach();
       }
     }
-    const auto limit = absl::ToChronoMilliseconds(self->options_.compile_timeout);
-    if (future.wait_for(limit) != std::future_status::ready) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          GrammarKindName(spec.kind), " took more than ",
-          absl::ToInt64Milliseconds(self->options_.compile_timeout),
-          " ms to compile (the limit); simplify it"));
-    }
-    return future.get();
+    return absl::OkStatus();
   }
 
   int32_t vocab_size() const { return vocab_size_; }
@@ -295,6 +305,12 @@ GrammarCompiler::~GrammarCompiler() = default;
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
     const GrammarSpec& spec) {
   return Impl::Run(impl_, spec);
+}
+
+void GrammarCompiler::Prefetch(const GrammarSpec& spec) {
+  if (!CheckLimits(spec).ok()) return;
+  std::shared_future<CompileResult> ignored;
+  (void)Impl::Start(impl_, spec, &ignored);
 }
 
 int32_t GrammarCompiler::vocab_size() const { return impl_->vocab_size(); }

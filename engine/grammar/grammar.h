@@ -99,6 +99,10 @@ class GrammarCompiler {
   // compilations are under way.
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(
       const GrammarSpec& spec);
+  // Starts compiling `spec` in the background unless it is cached or under
+  // way (a later Compile then waits only for what is left). Never blocks;
+  // problems surface at Compile.
+  void Prefetch(const GrammarSpec& spec);
 
   int32_t vocab_size() const;
   // Compilations done (cache misses), and cache hits, since creation.

@@ -102,9 +102,18 @@ struct StepInbox {
 
 void ReadRequests(
     grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream,
-    StepInbox* inbox) {
+    StepInbox* inbox, grammar::GrammarCompiler* grammar) {
   v1::StepRequest req;
   while (stream->Read(&req)) {
+    // Admissions are read ahead of the step that runs them: their grammars
+    // start compiling now, beside the running step, not in it.
+    if (grammar != nullptr) {
+      for (const v1::AddSequenceRequest& add : req.admit()) {
+        if (!add.sampling().has_constraint()) continue;
+        auto spec = grammar::SpecFromProto(add.sampling().constraint());
+        if (spec.ok()) grammar->Prefetch(*spec);
+      }
+    }
     std::lock_guard<std::mutex> lock(inbox->mu);
     for (uint64_t id : req.cancel_ids()) inbox->cancels.push_back(id);
     if (req.items_size() > 0 || req.release_ids_size() > 0 ||
@@ -180,7 +189,7 @@ grpc::Status EngineServiceImpl::StepStream(
     grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) {
   StepInbox inbox;
   ResponseWriter writer(stream);
-  std::thread reader([&] { ReadRequests(stream, &inbox); });
+  std::thread reader([&] { ReadRequests(stream, &inbox, grammar_); });
   // Sequences this stream admitted (or cancelled) and has not released: when
   // the stream ends (the scheduler went away or gave up on a hung step)
   // nobody else will release them, so they are released here.

@@ -308,6 +308,19 @@ TEST(GrammarTest, CacheServesRepeats) {
   EXPECT_EQ((*compiler)->cache_hits(), 1);
 }
 
+TEST(GrammarTest, PrefetchStartsTheCompilationCompileWaitsForIt) {
+  auto compiler = GrammarCompiler::Create(VocabularyOf(Gpt2()), {});
+  ASSERT_TRUE(compiler.ok());
+  const GrammarSpec s = Spec(GrammarSpec::Kind::kJsonSchema, kSchemas[2]);
+  (*compiler)->Prefetch(s);
+  (*compiler)->Prefetch(s);  // under way: not started twice
+  auto g = (*compiler)->Compile(s);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*compiler)->compiled_count(), 1);
+  (*compiler)->Prefetch(Spec(GrammarSpec::Kind::kRegex, "(bad"));  // no throw
+  EXPECT_FALSE((*compiler)->Compile(Spec(GrammarSpec::Kind::kRegex, "(bad")).ok());
+}
+
 TEST(GrammarTest, CompileTimeIsBounded) {
   GrammarCompiler::Options o;
   o.compile_timeout = absl::Milliseconds(1);
