@@ -39,8 +39,9 @@ printf 'set(XGRAMMAR_BUILD_PYTHON_BINDINGS OFF)\nset(XGRAMMAR_BUILD_CXX_TESTS OF
   >"$tmp/build/config.cmake"
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ninja >/dev/null 2>&1 && launcher+=(-G Ninja)
 say "building xgrammar $VERSION (static, no Python bindings)"
-cmake -S "$src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS="-O2 -fno-lto -Wno-error" -DCMAKE_INSTALL_PREFIX="$PREFIX.part" \
   "${launcher[@]}" >/dev/null
 cmake --build "$tmp/build" -j "${PDSERVE_JOBS:-$(nproc)}" >/dev/null
