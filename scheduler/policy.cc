@@ -8,7 +8,9 @@
 namespace pdserve::scheduler {
 
 Policy::Policy(PolicyConfig config, PoolGeometry pool)
-    : config_(config), pool_(pool), free_pages_(pool.total_pages) {}
+    : config_(config),
+      pool_(pool),
+      ledger_(pool.total_pages, pool.page_size, pool.prefix_cache) {}
 
 int64_t Policy::PagesFor(int64_t tokens) const {
   if (tokens <= 0) return 0;
@@ -84,10 +86,14 @@ bool Policy::Cancel(SequenceId id) {
   return true;
 }
 
-void Policy::Drop(SequenceId id) {
+void Policy::Drop(SequenceId id) { Forget(id, /*written=*/false); }
+
+void Policy::Forget(SequenceId id, bool written) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  if (it->second.running) free_pages_ += it->second.pages;
+  // Unless the engine ran all of its plans (finished), what it indexed
+  // itself leaves the prefix index (cancelled, refused, lost).
+  if (it->second.running) ledger_.Close(id, written);
   std::erase(running_, id);
   std::erase(waiting_, id);
   cancel_requested_.erase(id);
@@ -126,7 +132,7 @@ void Policy::ApplyCancellations(StepPlan& plan) {
 
 void Policy::Preempt(SequenceId id, StepPlan& plan) {
   Seq& s = seqs_.at(id);
-  free_pages_ += s.pages;
+  ledger_.Close(id);
   s.running = false;
   s.pages = 0;
   s.kv_tokens = 0;
@@ -151,17 +157,19 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
       if (s.prefilled < s.target_prompt) continue;
       need += std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
     }
-    if (need <= free_pages_ || running_.empty()) break;
+    if (need <= ledger_.free_pages() || running_.empty()) break;
     Preempt(running_.back(), plan);
   }
   for (SequenceId id : running_) {
     Seq& s = seqs_.at(id);
     if (s.prefilled < s.target_prompt || budget == 0) continue;
-    const int64_t grow =
-        std::max<int64_t>(0, PagesFor(s.kv_tokens + 1) - s.pages);
-    s.pages += grow;
-    free_pages_ -= grow;
-    plan.items.push_back({id, 1, false, false});
+    PlanItem item{id, 1, false, false};
+    if (PagesFor(s.kv_tokens + 1) > s.pages) {
+      // Fits: the loop above preempted until every growth does.
+      item.pages = *ledger_.Grow(id, s.kv_tokens + 1);
+      s.pages = static_cast<int64_t>(ledger_.Pages(id).size());
+    }
+    plan.items.push_back(std::move(item));
     ++plan.decode_tokens;
     --budget;
   }
@@ -207,19 +215,42 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     if (budget <= 0 && (config_.prefill_chunk > 0 || plan.prefill_tokens > 0)) {
       break;
     }
-    Seq& s = seqs_.at(waiting_.front());
-    const int64_t pages = PagesFor(s.target_prompt + 1);
-    if (pages > free_pages_) break;  // strict FCFS: the head blocks the rest
-    const int64_t n = ChunkFor(s, budget, plan);
-    if (n <= 0) break;
     const SequenceId id = waiting_.front();
+    Seq& s = seqs_.at(id);
+    // The shared prefix: full cached pages of the prompt, keeping its last
+    // token to compute (it yields the first logits).
+    const std::vector<int32_t> prefix =
+        s.spec.prompt_tokens.empty()
+            ? std::vector<int32_t>()
+            : ledger_.Match(s.spec.prompt_tokens,
+                            (s.target_prompt - 1) / pool_.page_size);
+    const int64_t shared = static_cast<int64_t>(prefix.size());
+    // New pages for the prompt and its first decode, plus the shared pages
+    // no running sequence holds (taking them uses free pages).
+    const int64_t cost = PagesFor(s.target_prompt + 1) - shared +
+                         ledger_.UnheldPages(prefix);
+    if (cost > ledger_.free_pages()) break;  // strict FCFS: the head blocks
+    s.cached = shared * pool_.page_size;
+    const int64_t n = ChunkFor(s, budget, plan);
+    if (n <= 0) {
+      s.cached = 0;
+      break;
+    }
     waiting_.erase(waiting_.begin());
     s.running = true;
-    s.pages = PagesFor(s.target_prompt);
-    free_pages_ -= s.pages;
+    AdmitPages pages;
+    pages.id = id;
+    pages.prefix_pages = prefix;
+    pages.index_tokens = static_cast<int64_t>(s.spec.prompt_tokens.size());
+    (void)ledger_.Open(id, prefix, s.spec.prompt_tokens);
+    pages.pages = *ledger_.Grow(id, s.target_prompt);  // fits: cost above
+    s.pages = static_cast<int64_t>(ledger_.Pages(id).size());
     running_.push_back(id);
     plan.admit.push_back(id);
-    plan.items.push_back({id, n, true, n == s.target_prompt});
+    plan.admit_pages.push_back(std::move(pages));
+    const int64_t free = s.cached;
+    plan.items.push_back({id, free + n, true,
+                          s.prefilled + free + n == s.target_prompt, free});
     plan.prefill_tokens += n;
     budget = std::max<int64_t>(0, budget - n);
   }
@@ -238,7 +269,7 @@ StepPlan Policy::Plan() {
 }
 
 void Policy::Finish(SequenceId id) {
-  Drop(id);
+  Forget(id, /*written=*/true);
   to_release_.push_back(id);
 }
 
@@ -285,6 +316,7 @@ void Policy::Commit(absl::Span<const ItemOutcome> outcomes) {
       ++s.kv_tokens;
       ++s.generated;
     }
+    ledger_.MarkWritten(item.id, s.kv_tokens);
     // The engine decides when a sequence ends; max_new_tokens is a backstop.
     if (finished.contains(item.id) || s.generated >= s.spec.max_new_tokens) {
       Finish(item.id);

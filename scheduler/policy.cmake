@@ -2,7 +2,7 @@
 # env, no JSON; tests/layering holds it so).
 add_library(pdserve_scheduler_policy STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/policy.cc)
-target_link_libraries(pdserve_scheduler_policy PUBLIC
+target_link_libraries(pdserve_scheduler_policy PUBLIC pdserve_kv_ledger
   absl::status absl::strings absl::str_format absl::span absl::flat_hash_map
   absl::flat_hash_set)
 # pdserve_scheduler_simulator: the trace simulator over the policy (parses

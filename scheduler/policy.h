@@ -24,10 +24,16 @@
 // it joins a step only when its whole prompt fits the remaining budget, or
 // when the step would otherwise carry no prefill at all.
 //
-// Page accounting: a sequence holding t tokens of KV uses ceil(t / page_size)
-// pages; at admission it reserves the pages of its whole (possibly
-// recomputed) prompt. The policy's count is the authority for planning; the
-// engine's own figure is reported separately by the shell.
+// Page accounting: one KV ledger (engine/kv/kv_ledger.h), owned here and
+// followed by the engine: a sequence holding t tokens of KV uses
+// ceil(t / page_size) pages; at admission it takes the pages of its whole
+// (possibly recomputed) prompt, and the plan names them (StepPlan.admit_pages,
+// PlanItem.pages) for the engine's pool to take. With the pool's prefix
+// cache on (PoolGeometry::prefix_cache) and the prompt's tokens known
+// (RequestSpec::prompt_tokens), an admission first looks up the longest
+// cached full-page prefix of its prompt: those pages are shared, counted
+// once however many sequences hold them, and their tokens ride in the first
+// prefill item for free (PlanItem::cached_tokens).
 #ifndef PDSERVE_SCHEDULER_POLICY_H_
 #define PDSERVE_SCHEDULER_POLICY_H_
 
@@ -39,6 +45,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/kv/kv_ledger.h"
 #include "engine/kv/sequence_id.h"
 
 namespace pdserve::scheduler {
@@ -60,6 +67,7 @@ struct PoolGeometry {
   int64_t page_size = 16;   // tokens per page
   int64_t total_pages = 0;  // pages in the pool
   int64_t max_seq_len = 0;  // capacity of one sequence, tokens
+  bool prefix_cache = false;  // the pool keeps prompt prefixes to share
 };
 
 // A request as submitted. Higher priority runs first.
@@ -68,6 +76,9 @@ struct RequestSpec {
   int32_t priority = 0;
   int64_t prompt_len = 0;      // tokens, > 0
   int64_t max_new_tokens = 0;  // > 0
+  // The prompt's tokens, for the prefix lookup; empty = unknown (no lookup).
+  // When given, prompt_len of them.
+  std::vector<int32_t> prompt_tokens;
 };
 
 // One sequence's share of a step.
@@ -77,8 +88,20 @@ struct PlanItem {
   bool prefill = false;
   bool completes_prompt = false;  // a token will be sampled after this item
   // Of num_tokens, the leading ones the engine holds from its prefix cache
-  // (MarkPrefixCached): they cost no budget and no compute.
+  // (a shared prefix found at admission, or MarkPrefixCached): they cost no
+  // budget and no compute.
   int64_t cached_tokens = 0;
+  // KV pages the sequence takes before this item runs (the ledger's ids).
+  std::vector<int32_t> pages;
+};
+
+// The ledger's pages of one admission: the shared prefix, the rest of its
+// prompt's pages, and how many leading prompt tokens may be indexed.
+struct AdmitPages {
+  SequenceId id = 0;
+  std::vector<int32_t> prefix_pages;
+  std::vector<int32_t> pages;
+  int64_t index_tokens = 0;
 };
 
 // What the shell does for one step, in this order: Release(release),
@@ -90,6 +113,7 @@ struct StepPlan {
       cancelled;  // subset of release + waiting drops: end with CANCELLED
   std::vector<SequenceId> preempted;  // subset of release: back in the waiting queue
   std::vector<SequenceId> admit;      // add to the engine before the step
+  std::vector<AdmitPages> admit_pages;  // parallel to admit
   std::vector<PlanItem> items;   // the batch of this step
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
@@ -161,7 +185,13 @@ class Policy {
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   // Running sequences past their prompt (each decodes one token a step).
   int64_t decoding() const;
-  int64_t free_pages() const { return free_pages_; }
+  int64_t free_pages() const { return ledger_.free_pages(); }
+  // Free pages the prefix cache still holds (counted in free_pages()).
+  int64_t cached_pages() const { return ledger_.cached_pages(); }
+  // Pages `id` holds (empty when unknown), in position order.
+  absl::Span<const int32_t> Pages(SequenceId id) const {
+    return ledger_.Pages(id);
+  }
   int64_t preemptions() const { return preemptions_; }
   bool idle() const { return seqs_.empty() && to_release_.empty(); }
   const PolicyConfig& config() const { return config_; }
@@ -199,6 +229,7 @@ class Policy {
   // Prefill tokens `s` may take now; 0 when it must wait.
   int64_t ChunkFor(const Seq& s, int64_t budget, const StepPlan& plan) const;
   void Finish(SequenceId id);
+  void Forget(SequenceId id, bool written);
 
   PolicyConfig config_;
   PoolGeometry pool_;
@@ -208,7 +239,7 @@ class Policy {
   std::vector<SequenceId> to_release_;  // finished at the last Commit
   absl::flat_hash_set<SequenceId> cancel_requested_;
   std::vector<PlanItem> last_items_;
-  int64_t free_pages_ = 0;
+  KvLedger ledger_;
   uint64_t next_arrival_ = 0;
   int64_t preemptions_ = 0;
 };

@@ -119,6 +119,11 @@ bool SchedulerShell::ConnectEngine() {
   v1::EngineInfo info;
   grpc::Status s = engine_->GetInfo(&ctx, v1::GetInfoRequest(), &info);
   if (!s.ok()) return false;
+  // The policy's ledger starts with every page free: wait until the engine
+  // has let go of the sequences of an earlier step stream.
+  if (info.active_sequences() > 0 || info.free_pages() < info.total_pages()) {
+    return false;
+  }
   PolicyConfig config = options_.policy;
   config.max_running = std::min<int64_t>(config.max_running, info.max_batch());
   if (info.max_step_tokens() > 0) {
@@ -128,7 +133,8 @@ bool SchedulerShell::ConnectEngine() {
   }
   policy_ = std::make_unique<Policy>(
       config,
-      PoolGeometry{info.page_size(), info.total_pages(), info.max_seq_len()});
+      PoolGeometry{info.page_size(), info.total_pages(), info.max_seq_len(),
+                   info.prefix_cache()});
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_.max_seq_len = info.max_seq_len();
@@ -224,7 +230,9 @@ void SchedulerShell::DrainInbox() {
   }
   for (auto& [id, r] : inbox) {
     RequestSpec spec{id, r.spec.priority(), r.spec.prompt_ids_size(),
-                     r.spec.max_new_tokens()};
+                     r.spec.max_new_tokens(),
+                     std::vector<int32_t>(r.spec.prompt_ids().begin(),
+                                          r.spec.prompt_ids().end())};
     absl::Status s = policy_->Submit(spec);
     if (!s.ok()) {
       RecordRejection(s, spec);

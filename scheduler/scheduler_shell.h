@@ -140,7 +140,8 @@ class SchedulerShell {
   // was lost.
   bool ReceiveOne();
   void ApplyResponse(const StepPlan& plan, const v1::StepResponse& resp);
-  void FillAdmit(uint64_t id, const Request& r, v1::AddSequenceRequest* add);
+  void FillAdmit(uint64_t id, const Request& r, const AdmitPages& pages,
+                 v1::AddSequenceRequest* add);
   // Ends every open request with `status` and resets the policy.
   void FailAll(const grpc::Status& status);
   // Fails everything with UNAVAILABLE(why) and starts reconnecting.

@@ -73,8 +73,15 @@ void SchedulerShell::RunStep() {
 }
 
 void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
+                               const AdmitPages& pages,
                                v1::AddSequenceRequest* add) {
   add->set_seq_id(id);
+  // The ledger's pages: the engine's pool takes exactly these.
+  add->set_ledger(true);
+  add->mutable_prefix_pages()->Add(pages.prefix_pages.begin(),
+                                   pages.prefix_pages.end());
+  add->mutable_pages()->Add(pages.pages.begin(), pages.pages.end());
+  add->set_index_tokens(static_cast<int32_t>(pages.index_tokens));
   *add->mutable_prompt_ids() = r.spec.prompt_ids();
   // Recompute after preemption: the tokens generated so far join the prompt.
   for (int32_t t : r.generated) add->add_prompt_ids(t);
@@ -108,10 +115,11 @@ bool SchedulerShell::DispatchNext() {
   for (SequenceId id : engine_forget_) req.add_release_ids(id);
   engine_forget_.clear();
   const Clock::time_point now = Clock::now();
-  for (SequenceId id : plan.admit) {
+  for (size_t i = 0; i < plan.admit.size(); ++i) {
+    const SequenceId id = plan.admit[i];
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    FillAdmit(id, it->second, req.add_admit());
+    FillAdmit(id, it->second, plan.admit_pages[i], req.add_admit());
     if (!it->second.was_admitted) it->second.admitted = now;
     it->second.was_admitted = true;
   }
@@ -119,6 +127,7 @@ bool SchedulerShell::DispatchNext() {
     v1::StepItem* s = req.add_items();
     s->set_seq_id(item.id);
     s->set_num_tokens(static_cast<int32_t>(item.num_tokens));
+    s->mutable_pages()->Add(item.pages.begin(), item.pages.end());
   }
   if (req.items_size() == 0 && req.release_ids_size() == 0 &&
       req.admit_size() == 0) {

@@ -117,7 +117,16 @@ class EngineCore::Impl {
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
-                           int64_t max_new_tokens);
+                           int64_t max_new_tokens, const LedgerPages* ledger);
+  absl::Status AssignPages(SequenceId id, absl::Span<const int32_t> pages) {
+    if (!seqs_.contains(id)) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+    }
+    // A sequence that finished already gave its pages back; the ledger
+    // learns of the finish from this step's result and frees these too.
+    if (!pool_->Contains(id)) return absl::OkStatus();
+    return pool_->AssignPages(id, pages);
+  }
   absl::Status Step(absl::Span<const StepPlanEntry> plan, StepResult* result);
   absl::Status Release(SequenceId id);
   EngineStats Stats() const;
@@ -130,6 +139,7 @@ class EngineCore::Impl {
 
   const KvGeometry& geometry() const { return pool_->geometry(); }
   int64_t max_seq_len() const { return options_.max_seq_len; }
+  bool prefix_cache_enabled() const { return pool_->prefix_cache_enabled(); }
   const ModelConfig& config() const { return weights_->config; }
   const DeviceSpec& device() const { return options_.device; }
   const std::string& description() const { return description_; }
@@ -143,6 +153,7 @@ class EngineCore::Impl {
   // With a prefix cache: gives `seq` (just added to the pool) the cached
   // pages of its prompt's longest cached prefix and advances it past them.
   absl::Status AttachCachedPrefix(EngineSequence& seq);
+  absl::Status AssignLedgerPages(EngineSequence& seq, const LedgerPages& ledger);
   // Samples every sequence in to_sample_ into sampled_, on all threads.
   void SampleAll();
   // Records a sampled token and applies the stop / length rules.
@@ -190,7 +201,7 @@ class EngineCore::Impl {
 absl::Status EngineCore::Impl::AddSequence(
     SequenceId id, absl::Span<const int32_t> prompt, int64_t max_seq_len,
     const SamplingParams& params, absl::Span<const int32_t> stop_token_ids,
-    int64_t max_new_tokens) {
+    int64_t max_new_tokens, const LedgerPages* ledger) {
   if (seqs_.contains(id)) {
     return absl::AlreadyExistsError(
         absl::StrCat("sequence ", id, " already exists"));
@@ -272,12 +283,37 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->device_params.top_p = params.top_p;
   seq->device_params.min_p = params.min_p;
   seq->device_params.seed = params.seed;
-  if (absl::Status s = AttachCachedPrefix(*seq); !s.ok()) {
+  absl::Status attached = ledger != nullptr ? AssignLedgerPages(*seq, *ledger)
+                                            : AttachCachedPrefix(*seq);
+  if (!attached.ok()) {
     (void)pool_->Remove(id);
-    return s;
+    return attached;
   }
   seqs_.emplace(id, std::move(seq));
   ++running_;
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::Impl::AssignLedgerPages(EngineSequence& seq,
+                                                 const LedgerPages& ledger) {
+  if (pool_->prefix_cache_enabled()) prefix_query_tokens_ += seq.prompt_len;
+  const int64_t max_pages = (seq.prompt_len - 1) / geometry().page_size;
+  if (static_cast<int64_t>(ledger.prefix_pages.size()) > max_pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", seq.id, ": a prefix of ", ledger.prefix_pages.size(),
+        " KV pages leaves no prompt token to compute (at most ", max_pages,
+        ")"));
+  }
+  absl::StatusOr<int64_t> cached = pool_->AssignPrefix(
+      seq.id, seq.tokens, ledger.prefix_pages, ledger.index_tokens);
+  if (!cached.ok()) return cached.status();
+  if (absl::Status s = pool_->AssignPages(seq.id, ledger.pages); !s.ok()) {
+    return s;
+  }
+  if (*cached == 0) return absl::OkStatus();
+  if (absl::Status s = seq.state.Advance(*cached); !s.ok()) return s;
+  seq.cached_skip = *cached;
+  prefix_hit_tokens_ += *cached;
   return absl::OkStatus();
 }
 
@@ -674,9 +710,15 @@ absl::Status EngineCore::AddSequence(SequenceId id,
                                      int64_t max_seq_len,
                                      const SamplingParams& params,
                                      absl::Span<const int32_t> stop_token_ids,
-                                     int64_t max_new_tokens) {
+                                     int64_t max_new_tokens,
+                                     const LedgerPages* ledger) {
   return impl_->AddSequence(id, prompt, max_seq_len, params, stop_token_ids,
-                            max_new_tokens);
+                            max_new_tokens, ledger);
+}
+
+absl::Status EngineCore::AssignPages(SequenceId id,
+                                     absl::Span<const int32_t> pages) {
+  return impl_->AssignPages(id, pages);
 }
 
 absl::Status EngineCore::Step(absl::Span<const StepPlanEntry> plan,
@@ -690,6 +732,9 @@ int64_t EngineCore::CachedPrefixTokens(SequenceId id) const {
 }
 
 int64_t EngineCore::max_seq_len() const { return impl_->max_seq_len(); }
+bool EngineCore::prefix_cache_enabled() const {
+  return impl_->prefix_cache_enabled();
+}
 const KvGeometry& EngineCore::Geometry() const { return impl_->geometry(); }
 EngineStats EngineCore::Stats() const { return impl_->Stats(); }
 int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }

@@ -83,6 +83,16 @@ struct EngineOptions {
   std::function<absl::StatusOr<int64_t>()> available_bytes;
 };
 
+// The scheduler's KvLedger choices for one admission (engine/kv/kv_ledger.h):
+// the sequence then takes only the pages the plans give it.
+struct LedgerPages {
+  // The shared cached prefix: the pool's own index must hold exactly these
+  // pages for the prompt's first tokens (KvPool::AssignPrefix).
+  absl::Span<const int32_t> prefix_pages;
+  absl::Span<const int32_t> pages;  // its next pages, in position order
+  int64_t index_tokens = 0;         // leading prompt tokens the ledger indexes
+};
+
 // One entry of a step plan: process `num_tokens` tokens of sequence `id`.
 // While the prompt is not fully processed this is a prefill chunk of the
 // next num_tokens prompt tokens (from next_pos); afterwards it must be 1, a
@@ -174,10 +184,20 @@ class EngineCore {
   // max_seq_len, max_new_tokens <= 0, bad sampling parameters;
   // RESOURCE_EXHAUSTED when max_sequences are running or 2 * max_sequences
   // records (finished ones not yet released included) are held.
+  // With `ledger` (not null), the sequence's pages are the scheduler's:
+  // its prefix and first pages are assigned here (errors of
+  // KvPool::AssignPrefix / AssignPages: FAILED_PRECONDITION naming the
+  // page), later ones by AssignPages, and a step that needs a page it was
+  // not given fails instead of taking one.
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
-                           int64_t max_new_tokens);
+                           int64_t max_new_tokens,
+                           const LedgerPages* ledger = nullptr);
+  // Appends the scheduler's `pages` to the page table of `id` (a ledger
+  // sequence's growth, before the step that writes them). NOT_FOUND for an
+  // unknown id; KvPool::AssignPages' errors.
+  absl::Status AssignPages(SequenceId id, absl::Span<const int32_t> pages);
 
   // Executes `plan` as one forward pass and samples: on the device when the
   // backend can (ForwardBackend::SamplesOnDevice) and no sequence sampling
@@ -202,6 +222,9 @@ class EngineCore {
   // The sequence capacity resolved at Create (EngineOptions::max_seq_len):
   // AddSequence refuses a larger max_seq_len.
   int64_t max_seq_len() const;
+  // Whether the pool indexes prompt pages (EngineOptions::prefix_cache, for
+  // a backend and model that support it).
+  bool prefix_cache_enabled() const;
   const KvGeometry& Geometry() const;
   EngineStats Stats() const;
   // Bytes of the KV pool physically resident in memory, measured with

@@ -170,83 +170,6 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
 
 // ---------------------------------------------------------------------------
 
-PageAllocator::PageAllocator(int64_t num_pages)
-    : refs_(static_cast<size_t>(num_pages), 0),
-      prev_(static_cast<size_t>(num_pages + 1)),
-      next_(static_cast<size_t>(num_pages + 1)),
-      in_lru_(static_cast<size_t>(num_pages), 0) {
-  free_.reserve(static_cast<size_t>(num_pages));
-  // Lowest page on top of the stack, so allocation starts at page 0.
-  for (int64_t p = num_pages - 1; p >= 0; --p) {
-    free_.push_back(static_cast<int32_t>(p));
-  }
-  const auto sentinel = static_cast<int32_t>(num_pages);
-  prev_[sentinel] = next_[sentinel] = sentinel;
-}
-
-void PageAllocator::LinkLast(int32_t page) {
-  const auto sentinel = static_cast<int32_t>(num_pages());
-  prev_[page] = prev_[sentinel];
-  next_[page] = sentinel;
-  next_[prev_[sentinel]] = page;
-  prev_[sentinel] = page;
-  in_lru_[page] = 1;
-  ++num_cached_;
-}
-
-void PageAllocator::Unlink(int32_t page) {
-  next_[prev_[page]] = next_[page];
-  prev_[next_[page]] = prev_[page];
-  in_lru_[page] = 0;
-  --num_cached_;
-}
-
-absl::StatusOr<int32_t> PageAllocator::Allocate(int32_t* reclaimed) {
-  if (reclaimed != nullptr) *reclaimed = -1;
-  int32_t page;
-  if (!free_.empty()) {
-    page = free_.back();
-    free_.pop_back();
-  } else if (num_cached_ > 0) {
-    page = next_[num_pages()];  // the oldest cached page
-    Unlink(page);
-    if (reclaimed != nullptr) *reclaimed = page;
-  } else {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no free KV page: all ", num_pages(), " pages are in use"));
-  }
-  refs_[page] = 1;
-  return page;
-}
-
-absl::Status PageAllocator::Retain(int32_t page) {
-  if (page < 0 || page >= num_pages() || (refs_[page] == 0 && !in_lru_[page])) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("KV page ", page, " is neither in use nor cached"));
-  }
-  if (in_lru_[page]) Unlink(page);
-  ++refs_[page];
-  return absl::OkStatus();
-}
-
-absl::Status PageAllocator::Free(int32_t page, bool keep_cached) {
-  if (page < 0 || page >= num_pages()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "KV page ", page, " is out of range [0, ", num_pages(), ")"));
-  }
-  if (refs_[page] == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("KV page ", page, " is not in use (double free)"));
-  }
-  if (--refs_[page] > 0) return absl::OkStatus();
-  if (keep_cached) {
-    LinkLast(page);
-  } else {
-    free_.push_back(page);
-  }
-  return absl::OkStatus();
-}
-
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(
@@ -305,6 +228,10 @@ KvPool::KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
       storage_(std::move(storage)),
       linear_state_(linear_state),
       pages_(geometry.num_pages) {
+  page_known_.assign(static_cast<size_t>(geometry.num_pages), 0);
+  page_parent_.assign(static_cast<size_t>(geometry.num_pages), -1);
+  page_tokens_.assign(
+      static_cast<size_t>(geometry.num_pages * geometry.page_size), 0);
   if (linear_state_ != nullptr) {
     linear_state_bytes_ =
         RoundUpToOsPage(geometry.linear_state_bytes_per_sequence) *
@@ -338,8 +265,8 @@ absl::Status KvPool::Add(SequenceId id, int64_t max_tokens) {
                      " sequences"));
   }
   Sequence seq;
-  seq.pages.reserve(static_cast<size_t>((max_tokens + geometry_.page_size - 1) /
-                                        geometry_.page_size));
+  seq.max_pages = (max_tokens + geometry_.page_size - 1) / geometry_.page_size;
+  seq.pages.reserve(static_cast<size_t>(seq.max_pages));
   if (has_linear_state()) {
     seq.slot = free_slots_.back();
     free_slots_.pop_back();
@@ -374,6 +301,11 @@ absl::Status KvPool::Reserve(SequenceId id, int64_t num_tokens) {
         absl::StrCat("sequence ", id, " is not in the KV pool"));
   }
   const int64_t need = PagesNeeded(id, num_tokens);
+  if (need > 0 && it->second.ledger) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " needs ", need, " more KV pages for ", num_tokens,
+        " tokens that the plan did not give"));
+  }
   if (need > pages_.num_free()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("sequence ", id, " needs ", need, " more KV pages for ",
@@ -383,8 +315,10 @@ absl::Status KvPool::Reserve(SequenceId id, int64_t num_tokens) {
   std::vector<int32_t>& table = it->second.pages;
   for (int64_t i = 0; i < need; ++i) {
     int32_t reclaimed = -1;
-    table.push_back(*pages_.Allocate(&reclaimed));
+    const int32_t page = *pages_.Allocate(&reclaimed);
     if (reclaimed >= 0 && prefix_ != nullptr) prefix_->Erase(reclaimed);
+    page_known_[page] = 0;
+    table.push_back(page);
   }
   return absl::OkStatus();
 }
@@ -418,7 +352,10 @@ absl::Status KvPool::Remove(SequenceId id) {
   Sequence& seq = it->second;
   absl::Status status;
   for (int32_t page : seq.pages) {
-    const bool keep = prefix_ != nullptr && prefix_->Contains(page);
+    // A ledger sequence's page keeps its data while its content is known:
+    // the ledger may claim it as a prefix until it hands the page out again.
+    const bool keep = prefix_ != nullptr &&
+                      (prefix_->Contains(page) || (seq.ledger && page_known_[page]));
     status.Update(pages_.Free(page, keep));
     // Shared pages (still in use) and cached ones keep their data.
     if (!pages_.in_use(page) && !pages_.cached(page) && storage_ != nullptr) {
@@ -499,18 +436,121 @@ absl::StatusOr<int64_t> KvPool::AttachPrefix(SequenceId id,
   return covered;
 }
 
+absl::Status KvPool::AssignPages(SequenceId id,
+                                 absl::Span<const int32_t> pages) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  Sequence& seq = it->second;
+  const int64_t capacity = seq.max_pages;
+  if (static_cast<int64_t>(seq.pages.size() + pages.size()) > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": ", pages.size(), " more KV pages exceed its ",
+        capacity, " pages"));
+  }
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const int32_t p = pages[i];
+    if (!pages_.is_free(p)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", id, ": KV page ", p,
+          " of the plan is out of range or in use"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (pages[j] == p) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "sequence ", id, ": KV page ", p, " is listed twice"));
+      }
+    }
+  }
+  for (int32_t p : pages) {
+    bool was_cached = false;
+    (void)pages_.Take(p, &was_cached);
+    if (was_cached && prefix_ != nullptr) prefix_->Erase(p);
+    page_known_[p] = 0;  // about to hold new data
+    seq.pages.push_back(p);
+  }
+  seq.ledger = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> KvPool::AssignPrefix(SequenceId id,
+                                             absl::Span<const int32_t> tokens,
+                                             absl::Span<const int32_t> pages,
+                                             int64_t index_tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("sequence ", id, " is not in the KV pool"));
+  }
+  Sequence& seq = it->second;
+  if (!seq.pages.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " already has pages; a prefix attaches first"));
+  }
+  seq.ledger = true;
+  seq.index_tokens = index_tokens;
+  if (pages.empty()) return 0;
+  if (prefix_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, ": a plan gives a cached prefix of ", pages.size(),
+        " KV pages, but this pool keeps no prefixes"));
+  }
+  const int64_t ps = geometry_.page_size;
+  if (static_cast<int64_t>(tokens.size()) <
+      static_cast<int64_t>(pages.size()) * ps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": a prefix of ", pages.size(), " KV pages is longer "
+        "than its ", tokens.size(), " tokens"));
+  }
+  for (size_t k = 0; k < pages.size(); ++k) {
+    const int32_t p = pages[k];
+    const int32_t parent = k == 0 ? -1 : pages[k - 1];
+    const bool holds =
+        p >= 0 && p < pages_.num_pages() && page_known_[p] &&
+        page_parent_[p] == parent &&
+        std::equal(tokens.begin() + k * ps, tokens.begin() + (k + 1) * ps,
+                   page_tokens_.begin() + p * ps);
+    if (!holds) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", id, ": KV page ", p, " (prefix page ", k,
+          ") does not hold those prompt tokens"));
+    }
+  }
+  for (int32_t page : pages) {
+    if (absl::Status s = pages_.Retain(page); !s.ok()) return s;
+    seq.pages.push_back(page);
+  }
+  seq.indexed_pages = static_cast<int64_t>(seq.pages.size());
+  const int64_t covered =
+      static_cast<int64_t>(seq.pages.size()) * geometry_.page_size;
+  if (absl::Status s = MarkWritten(id, covered); !s.ok()) return s;
+  return covered;
+}
+
 void KvPool::IndexWritten(SequenceId id, absl::Span<const int32_t> tokens) {
   auto it = seqs_.find(id);
   if (prefix_ == nullptr || it == seqs_.end()) return;
   Sequence& seq = it->second;
+  if (seq.index_tokens >= 0 &&
+      static_cast<int64_t>(tokens.size()) > seq.index_tokens) {
+    tokens = tokens.subspan(0, static_cast<size_t>(seq.index_tokens));
+  }
   const int64_t ps = geometry_.page_size;
   const int64_t known =
       std::min<int64_t>(seq.written, static_cast<int64_t>(tokens.size()));
   for (int64_t k = seq.indexed_pages;
        (k + 1) * ps <= known && k < static_cast<int64_t>(seq.pages.size());
        ++k) {
-    prefix_->Insert(k == 0 ? -1 : seq.pages[k - 1], seq.pages[k],
-                    tokens.subspan(k * ps, ps));
+    const int32_t page = seq.pages[k];
+    const int32_t parent = k == 0 ? -1 : seq.pages[k - 1];
+    prefix_->Insert(parent, page, tokens.subspan(k * ps, ps));
+    // What the page holds, for AssignPrefix to check a ledger's claim.
+    std::copy(tokens.begin() + k * ps, tokens.begin() + (k + 1) * ps,
+              page_tokens_.begin() + page * ps);
+    page_parent_[page] = parent;
+    page_known_[page] = 1;
     seq.indexed_pages = k + 1;
   }
 }

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/kv/page_allocator.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sequence_id.h"
 #include "engine/model_config.h"
@@ -87,51 +88,6 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
     const std::function<absl::StatusOr<int64_t>()>& available_bytes,
     KvDType dtype = KvDType::kF32);
 
-// O(1) allocator of page indices [0, num_pages) with reference counts (a
-// page shared by several sequences through the prefix cache is freed by the
-// last of them). A page whose last reference goes may be kept as "cached":
-// it still counts as free, but it is handed out again only when no plain
-// free page is left, least recently released first. Pure, no IO.
-// Thread-compatible.
-class PageAllocator {
- public:
-  explicit PageAllocator(int64_t num_pages);
-
-  int64_t num_pages() const { return static_cast<int64_t>(refs_.size()); }
-  // Free pages, cached ones included (they are reclaimed on demand).
-  int64_t num_free() const {
-    return static_cast<int64_t>(free_.size()) + num_cached_;
-  }
-  int64_t num_cached() const { return num_cached_; }
-  int64_t num_used() const { return num_pages() - num_free(); }
-  bool in_use(int32_t page) const { return refs_[page] > 0; }
-  bool cached(int32_t page) const { return in_lru_[page] != 0; }
-
-  // One reference to a page: a plain free one first, else the least
-  // recently cached one (its index in *reclaimed, else -1 there).
-  // RESOURCE_EXHAUSTED when no page is free.
-  absl::StatusOr<int32_t> Allocate(int32_t* reclaimed = nullptr);
-  // Another reference to a page in use or cached (a cached page leaves the
-  // cache). FAILED_PRECONDITION for a free page or one out of range.
-  absl::Status Retain(int32_t page);
-  // Drops a reference; at the last one the page becomes free, or cached
-  // when `keep_cached`. FAILED_PRECONDITION on a page out of range or not in
-  // use (double free).
-  absl::Status Free(int32_t page, bool keep_cached = false);
-
- private:
-  void LinkLast(int32_t page);
-  void Unlink(int32_t page);
-
-  std::vector<int32_t> free_;  // stack of plain free pages
-  std::vector<int32_t> refs_;  // references per page
-  // Cached pages: a doubly linked list, oldest first; index num_pages is
-  // the sentinel.
-  std::vector<int32_t> prev_, next_;
-  std::vector<uint8_t> in_lru_;
-  int64_t num_cached_ = 0;
-};
-
 // Counters of a pool (for Stats and metrics).
 struct KvPoolStats {
   int64_t total_pages = 0;
@@ -197,6 +153,25 @@ class KvPool {
   // cache indexes it (then it stays, counted as free, until reclaimed).
   absl::Status Remove(SequenceId id);
 
+  // Pages chosen by the scheduler's KvLedger (kv_ledger.h). The sequence
+  // then takes no page by itself: Reserve fails (FAILED_PRECONDITION)
+  // rather than allocate. AssignPages appends `pages` to the table of `id`;
+  // all-or-nothing: FAILED_PRECONDITION naming the page when one is out of
+  // range, in use, or listed twice; INVALID_ARGUMENT past the sequence's
+  // capacity; NOT_FOUND for an unknown id.
+  absl::Status AssignPages(SequenceId id, absl::Span<const int32_t> pages);
+  // Gives `id` (just added, no pages) the shared prefix `pages`, each of
+  // which must hold the matching page of `tokens` after the page before it,
+  // as written and indexed here and not handed out since
+  // (FAILED_PRECONDITION naming the page otherwise), and marks them
+  // written; returns the tokens covered. Marks `id` as ledger-driven, with
+  // only its first `index_tokens` tokens indexed by IndexWritten (the
+  // ledger's rule).
+  absl::StatusOr<int64_t> AssignPrefix(SequenceId id,
+                                       absl::Span<const int32_t> tokens,
+                                       absl::Span<const int32_t> pages,
+                                       int64_t index_tokens);
+
   bool prefix_cache_enabled() const { return prefix_ != nullptr; }
   // Prefix cache: gives `id` (just added, no pages yet) the cached pages
   // holding the longest indexed prefix of `tokens`, at most `max_pages`
@@ -237,6 +212,9 @@ class KvPool {
     int64_t written = 0;
     int32_t slot = -1;          // linear-state slot, -1 when none
     int64_t indexed_pages = 0;  // leading pages IndexWritten has handled
+    int64_t max_pages = 0;      // the capacity (Add's max_tokens) in pages
+    bool ledger = false;        // pages come from AssignPages only
+    int64_t index_tokens = -1;  // tokens IndexWritten may index; -1 = all
   };
   KvPool(const KvGeometry& geometry, std::unique_ptr<KvStorage> storage,
          float* linear_state);
@@ -255,6 +233,12 @@ class KvPool {
   PageAllocator pages_;
   std::vector<int32_t> free_slots_;
   std::unique_ptr<PrefixCache> prefix_;  // null when disabled
+  // What each fully written, indexed page holds: its tokens, the page
+  // before it (-1 for a first page) and whether that is still so (cleared
+  // when the page is handed out again). AssignPrefix checks claims with it.
+  std::vector<int32_t> page_tokens_;  // [page][page_size]
+  std::vector<int32_t> page_parent_;
+  std::vector<uint8_t> page_known_;
   absl::flat_hash_map<SequenceId, Sequence> seqs_;
   int64_t used_tokens_ = 0;
 };

@@ -70,6 +70,7 @@ grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
   resp->set_cached_pages(stats.pool.cached_pages);
   resp->set_kv_dtype(KvDTypeName(g.dtype));
   resp->set_kv_bytes_per_token(g.bytes_per_token);
+  resp->set_prefix_cache(core_->prefix_cache_enabled());
   return grpc::Status::OK;
 }
 
@@ -299,12 +300,17 @@ absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
     if (!compiled.ok()) return compiled.status();
     params.grammar = std::move(*compiled);
   }
+  LedgerPages ledger;
+  ledger.prefix_pages =
+      absl::MakeConstSpan(req.prefix_pages().data(), req.prefix_pages_size());
+  ledger.pages = absl::MakeConstSpan(req.pages().data(), req.pages_size());
+  ledger.index_tokens = req.index_tokens();
   return core_->AddSequence(
       req.seq_id(),
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),
       req.max_seq_len(), params,
       absl::MakeConstSpan(req.stop_ids().data(), req.stop_ids_size()),
-      req.max_new_tokens());
+      req.max_new_tokens(), req.ledger() ? &ledger : nullptr);
 }
 
 grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
@@ -315,6 +321,12 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
     if (rejected_.contains(item.seq_id()) ||
         cancelled_.contains(item.seq_id())) {
       continue;
+    }
+    if (item.pages_size() > 0) {
+      absl::Status s = core_->AssignPages(
+          item.seq_id(),
+          absl::MakeConstSpan(item.pages().data(), item.pages_size()));
+      if (!s.ok()) return rpc::ToGrpc(s);
     }
     plan_.push_back({item.seq_id(), item.num_tokens()});
   }

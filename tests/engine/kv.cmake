@@ -22,3 +22,6 @@ pdserve_add_test(NAME engine_core_alloc_test LABEL unit
 pdserve_add_test(NAME engine_guide_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_guide_test.cc
   LIBS pdserve_engine_core pdserve_grammar nlohmann_json::nlohmann_json)
+pdserve_add_test(NAME kv_ledger_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_ledger_test.cc
+  LIBS pdserve_kv)

@@ -354,3 +354,123 @@ TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
 
 }  // namespace
 }  // namespace pdserve::scheduler
+
+namespace pdserve::scheduler {
+namespace {
+
+// Requests with known prompt tokens: `shared` tokens of a common system
+// prompt (token 7s) then `own` tokens unique to the request.
+RequestSpec WithPrompt(char id, int64_t shared, int64_t own, int64_t max_new) {
+  RequestSpec r{static_cast<SequenceId>(id), 0, shared + own, max_new};
+  r.prompt_tokens.assign(static_cast<size_t>(shared), 7);
+  for (int64_t i = 0; i < own; ++i) {
+    r.prompt_tokens.push_back(static_cast<int32_t>(1000 * id + i));
+  }
+  return r;
+}
+
+PoolGeometry CachedPool(int64_t page_size, int64_t pages, int64_t max_seq_len) {
+  PoolGeometry g{page_size, pages, max_seq_len};
+  g.prefix_cache = true;
+  return g;
+}
+
+// The ledger finds a shared prefix before planning: B's first 8 tokens are
+// A's pages, so B is admitted with them cached ("B10p(8c)": 8 cached + 2
+// computed) and they are counted once: A holds 3 pages, B only 1 more.
+TEST(PolicyLedgerTest, SharedPrefixPagesAreCountedOnce) {
+  Policy p({.step_token_budget = 64, .prefill_chunk = 64},
+           CachedPool(4, 20, 64));
+  ASSERT_TRUE(p.Submit(WithPrompt('A', 8, 2, 4)).ok());
+  StepPlan a = p.Plan();
+  p.Commit({});
+  EXPECT_EQ(DescribePlan(a), "+A | A10p");
+  ASSERT_EQ(a.admit_pages.size(), 1u);
+  EXPECT_TRUE(a.admit_pages[0].prefix_pages.empty());
+  EXPECT_EQ(a.admit_pages[0].pages.size(), 3u);  // 10 tokens in pages of 4
+  EXPECT_EQ(p.free_pages(), 17);
+  ASSERT_TRUE(p.Submit(WithPrompt('B', 8, 2, 4)).ok());
+  StepPlan b = p.Plan();
+  p.Commit({});
+  EXPECT_EQ(DescribePlan(b), "+B | A1 B10p(8c)");
+  ASSERT_EQ(b.admit_pages.size(), 1u);
+  // B shares A's two full system-prompt pages and takes one page of its own.
+  EXPECT_THAT(b.admit_pages[0].prefix_pages,
+              ElementsAre(p.Pages('A')[0], p.Pages('A')[1]));
+  EXPECT_EQ(b.admit_pages[0].pages.size(), 1u);
+  EXPECT_EQ(p.free_pages(), 16);  // A's decode fits in its third page
+  EXPECT_EQ(p.View('B').pages, 3);
+  // A finishes: its shared pages stay, held by B; its own page is free.
+  StepPlan c = p.Plan();
+  std::vector<ItemOutcome> done = {{'A', true}, {'B', false}};
+  p.Commit(done);
+  EXPECT_EQ(DescribePlan(c), "| A1 B1");
+  StepPlan d = p.Plan();
+  p.Commit({});
+  EXPECT_EQ(DescribePlan(d), "-A | B1");
+  EXPECT_EQ(p.free_pages(), 17);
+}
+
+// A prefix the engine has not computed yet cannot be shared: two requests
+// admitted in the same step each take their own pages.
+TEST(PolicyLedgerTest, OnlyWrittenPagesAreShared) {
+  Policy p({.step_token_budget = 64, .prefill_chunk = 64},
+           CachedPool(4, 20, 64));
+  ASSERT_TRUE(p.Submit(WithPrompt('A', 8, 2, 4)).ok());
+  ASSERT_TRUE(p.Submit(WithPrompt('B', 8, 2, 4)).ok());
+  StepPlan plan = p.Plan();
+  EXPECT_EQ(DescribePlan(plan), "+A +B | A10p B10p");
+  EXPECT_EQ(p.free_pages(), 14);
+}
+
+// The waiting head is admitted only when its pages, less the shared ones,
+// fit: with 6 free pages, 4-page prompts whose first 2 pages are cached fit
+// three times where one would fit without the prefix.
+TEST(PolicyLedgerTest, AdmissionCountsOnlyUnsharedPages) {
+  Policy p({.step_token_budget = 256, .prefill_chunk = 256},
+           CachedPool(4, 10, 64));
+  ASSERT_TRUE(p.Submit(WithPrompt('A', 8, 7, 8)).ok());  // 15 tokens, 4 pages
+  EXPECT_EQ(DescribePlan(p.Plan()), "+A | A15p");
+  p.Commit({});
+  EXPECT_EQ(p.free_pages(), 6);
+  for (char id : {'B', 'C', 'D', 'E'}) {
+    ASSERT_TRUE(p.Submit(WithPrompt(id, 8, 7, 8)).ok());
+  }
+  // Each needs 2 pages of its own (its 7 tokens + 1 decode, from position
+  // 8) besides the 2 shared: B, C and D fit in the 6 free pages, E waits
+  // (A's decode takes nothing: its 16th token fits its 4th page).
+  EXPECT_EQ(DescribePlan(p.Plan()), "+B +C +D | A1 B15p(8c) C15p(8c) D15p(8c)");
+  p.Commit({});
+  EXPECT_EQ(p.free_pages(), 0);
+  EXPECT_EQ(p.waiting(), 1);
+  EXPECT_EQ(p.running(), 4);
+}
+
+// Without the prompt's tokens (or without the pool's prefix cache) nothing
+// is shared: the accounting is the full prompt as before.
+TEST(PolicyLedgerTest, NoTokensOrNoCacheMeansNoSharing) {
+  Policy p({.step_token_budget = 64, .prefill_chunk = 64}, Pool(4, 20, 64));
+  ASSERT_TRUE(p.Submit(WithPrompt('A', 8, 2, 4)).ok());
+  EXPECT_EQ(DescribePlan(p.Plan()), "+A | A10p");
+  p.Commit({});
+  ASSERT_TRUE(p.Submit(WithPrompt('B', 8, 2, 4)).ok());
+  EXPECT_EQ(DescribePlan(p.Plan()), "+B | A1 B10p");
+  EXPECT_EQ(p.free_pages(), 14);
+}
+
+// A request cancelled before the engine ran its prefill leaves no prefix
+// behind: the next one with the same prompt computes it again.
+TEST(PolicyLedgerTest, CancelledPrefillIsNotShared) {
+  Policy p({.step_token_budget = 64, .prefill_chunk = 64},
+           CachedPool(4, 20, 64));
+  ASSERT_TRUE(p.Submit(WithPrompt('A', 8, 2, 4)).ok());
+  EXPECT_EQ(DescribePlan(p.Plan()), "+A | A10p");
+  p.Commit({});
+  EXPECT_TRUE(p.Cancel('A'));
+  ASSERT_TRUE(p.Submit(WithPrompt('B', 8, 2, 4)).ok());
+  EXPECT_EQ(DescribePlan(p.Plan()), "-A +B | B10p");
+  EXPECT_EQ(p.free_pages(), 17);
+}
+
+}  // namespace
+}  // namespace pdserve::scheduler
