@@ -66,14 +66,16 @@ absl::Status Policy::Submit(const RequestSpec& request) {
 
 void Policy::InsertWaiting(SequenceId id) {
   const Seq& s = seqs_.at(id);
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](SequenceId other) {
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](SequenceId other) {
     return Before(s, seqs_.at(other));
   });
   waiting_.insert(pos, id);
 }
 
 void Policy::SortRunning() {
-  std::stable_sort(running_.begin(), running_.end(), [&](SequenceId a, SequenceId b) {
+  std::stable_sort(running_.begin(), running_.end(),
+                   [&](SequenceId a, SequenceId b) {
     return Before(seqs_.at(a), seqs_.at(b));
   });
 }
@@ -119,7 +121,8 @@ SequenceView Policy::View(SequenceId id) const {
 void Policy::ApplyCancellations(StepPlan& plan) {
   plan.release = std::move(to_release_);
   to_release_.clear();
-  std::vector<SequenceId> ids(cancel_requested_.begin(), cancel_requested_.end());
+  std::vector<SequenceId> ids(cancel_requested_.begin(),
+                              cancel_requested_.end());
   std::sort(ids.begin(), ids.end());
   for (SequenceId id : ids) {
     const bool was_running = seqs_.at(id).running;

@@ -9,7 +9,9 @@ namespace pdserve {
 
 KvLedger::KvLedger(int64_t num_pages, int64_t page_size, bool prefix_cache)
     : page_size_(page_size), pages_(num_pages) {
-  if (prefix_cache) prefix_ = std::make_unique<PrefixCache>(num_pages, page_size);
+  if (prefix_cache) {
+    prefix_ = std::make_unique<PrefixCache>(num_pages, page_size);
+  }
 }
 
 int64_t KvLedger::PagesFor(int64_t tokens) const {

@@ -354,8 +354,9 @@ absl::Status KvPool::Remove(SequenceId id) {
   for (int32_t page : seq.pages) {
     // A ledger sequence's page keeps its data while its content is known:
     // the ledger may claim it as a prefix until it hands the page out again.
-    const bool keep = prefix_ != nullptr &&
-                      (prefix_->Contains(page) || (seq.ledger && page_known_[page]));
+    const bool keep =
+        prefix_ != nullptr &&
+        (prefix_->Contains(page) || (seq.ledger && page_known_[page] != 0));
     status.Update(pages_.Free(page, keep));
     // Shared pages (still in use) and cached ones keep their data.
     if (!pages_.in_use(page) && !pages_.cached(page) && storage_ != nullptr) {
