@@ -10,9 +10,11 @@
 //             peak of the scheduler's running count (polled) and every
 //             stream's status; before = --no-prefix-cache (the engine keeps
 //             no prefixes, so the ledger shares none), after = default.
-// Ratios are after / before, same pool, same run.
+// Ratios are after / before, same pool, same run. The default --kv-memory
+// 200M is a pool of 568 16-token pages with the default bf16 KV cache (the
+// "pool_pages" figure says which pool a run had): 5 full prompts fit.
 //
-//   kv_ledger_bench [--model PATH] [--threads N] [--kv-memory 400M]
+//   kv_ledger_bench [--model PATH] [--threads N] [--kv-memory 200M]
 //                   [--pages 568] [--own 64] [--max-tokens 16] [--only policy]
 #include <algorithm>
 #include <atomic>
@@ -35,7 +37,7 @@ constexpr int kRequests = 32;
 constexpr int kSharedTokens = 1536;
 
 struct Options {
-  std::string model, threads = "2", kv_memory = "400M";
+  std::string model, threads = "2", kv_memory = "200M";
   int pages = 568, own = 64, max_tokens = 16;
 };
 
@@ -147,7 +149,7 @@ int Main(int argc, char** argv) {
   std::string only;
   int threads = 2;
   bench::BenchFlags(
-      "kv_ledger_bench [--model PATH] [--threads N] [--kv-memory 400M] "
+      "kv_ledger_bench [--model PATH] [--threads N] [--kv-memory 200M] "
       "[--pages 568] [--own 64] [--max-tokens 16] [--only policy]")
       .String("model", &o.model)
       .Int("threads", &threads, 1)
