@@ -45,4 +45,13 @@ absl::Status CheckKvDType(KvDType dtype, int64_t kv_dim, int64_t head_dim) {
   return absl::OkStatus();
 }
 
+absl::Status CheckKvPageSize(KvDType dtype, int64_t page_size) {
+  if (dtype == KvDType::kBF16 && page_size % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-dtype bf16 stores slots in pairs and needs an even page size; "
+        "got ", page_size));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pdserve

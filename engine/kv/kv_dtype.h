@@ -46,6 +46,10 @@ int64_t KvRowBytes(KvDType dtype, int64_t kv_dim);
 // Q8_0 needs head_dim % 32 == 0; the 16- and 8-bit types head_dim <= 256).
 absl::Status CheckKvDType(KvDType dtype, int64_t kv_dim, int64_t head_dim);
 
+// OK when pages of `page_size` tokens fit the dtype's layout (bf16 stores
+// slots in pairs: an even page size); INVALID_ARGUMENT naming it otherwise.
+absl::Status CheckKvPageSize(KvDType dtype, int64_t page_size);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_ENGINE_KV_KV_DTYPE_H_

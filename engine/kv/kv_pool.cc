@@ -127,6 +127,7 @@ absl::StatusOr<KvGeometry> ComputeKvGeometry(
     if (absl::Status s = CheckKvDType(dtype, shape.kv_dim, head_dim); !s.ok()) {
       return s;
     }
+    if (absl::Status s = CheckKvPageSize(dtype, page_size); !s.ok()) return s;
   }
   absl::StatusOr<int64_t> resolved = ResolveBudget(budget, available_bytes);
   if (!resolved.ok()) return resolved.status();

@@ -35,6 +35,7 @@ absl::Status CheckShape(int64_t num_layers, int64_t kv_dim, int64_t page_size,
         "KV storage dimensions must be positive: layers=", num_layers,
         " kv_dim=", kv_dim, " page_size=", page_size, " pages=", num_pages));
   }
+  if (absl::Status s = CheckKvPageSize(dtype, page_size); !s.ok()) return s;
   return CheckKvDType(dtype, kv_dim, head_dim);
 }
 
@@ -158,14 +159,21 @@ void KvStorage::Write(int64_t page, int64_t layer, int64_t slot,
       std::memcpy(kb + slot * row_bytes_, key, kv_dim_ * sizeof(float));
       std::memcpy(vb + slot * row_bytes_, value, kv_dim_ * sizeof(float));
       return;
-    case KvDType::kF16:
-    case KvDType::kBF16: {
-      const bool bf = dtype_ == KvDType::kBF16;
+    case KvDType::kF16: {
       auto* k16 = reinterpret_cast<uint16_t*>(kb);
       auto* v16 = reinterpret_cast<uint16_t*>(vb) + slot * kv_dim_;
       for (int64_t i = 0; i < kv_dim_; ++i) {
-        k16[i * ps + slot] = bf ? F32ToBF16(key[i]) : F32ToF16(key[i]);
-        v16[i] = bf ? F32ToBF16(value[i]) : F32ToF16(value[i]);
+        k16[i * ps + slot] = F32ToF16(key[i]);
+        v16[i] = F32ToF16(value[i]);
+      }
+      return;
+    }
+    case KvDType::kBF16: {
+      auto* k16 = reinterpret_cast<uint16_t*>(kb);
+      auto* v16 = reinterpret_cast<uint16_t*>(vb);
+      for (int64_t i = 0; i < kv_dim_; ++i) {
+        k16[Bf16KeyIndex(slot, i)] = F32ToBF16(key[i]);
+        v16[Bf16ValueIndex(slot, i)] = F32ToBF16(value[i]);
       }
       return;
     }
@@ -198,11 +206,12 @@ void KvStorage::ReadKey(int64_t page, int64_t layer, int64_t slot,
         std::memcpy(&x, kb + (slot * kv_dim_ + i) * 4, 4);
         break;
       case KvDType::kF16:
-      case KvDType::kBF16: {
-        const uint16_t h = reinterpret_cast<const uint16_t*>(kb)[i * ps + slot];
-        x = dtype_ == KvDType::kBF16 ? BF16ToF32(h) : F16ToF32(h);
+        x = F16ToF32(reinterpret_cast<const uint16_t*>(kb)[i * ps + slot]);
         break;
-      }
+      case KvDType::kBF16:
+        x = BF16ToF32(
+            reinterpret_cast<const uint16_t*>(kb)[Bf16KeyIndex(slot, i)]);
+        break;
       case KvDType::kQ8_0: {
         const auto* k8 = reinterpret_cast<const int8_t*>(kb);
         const auto* scale =
@@ -227,12 +236,12 @@ void KvStorage::ReadValue(int64_t page, int64_t layer, int64_t slot,
         std::memcpy(&x, vb + (slot * kv_dim_ + i) * 4, 4);
         break;
       case KvDType::kF16:
-      case KvDType::kBF16: {
-        const uint16_t h =
-            reinterpret_cast<const uint16_t*>(vb)[slot * kv_dim_ + i];
-        x = dtype_ == KvDType::kBF16 ? BF16ToF32(h) : F16ToF32(h);
+        x = F16ToF32(reinterpret_cast<const uint16_t*>(vb)[slot * kv_dim_ + i]);
         break;
-      }
+      case KvDType::kBF16:
+        x = BF16ToF32(
+            reinterpret_cast<const uint16_t*>(vb)[Bf16ValueIndex(slot, i)]);
+        break;
       case KvDType::kQ8_0: {
         const auto* v8 = reinterpret_cast<const int8_t*>(vb);
         const auto* scale =

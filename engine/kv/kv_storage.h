@@ -19,9 +19,14 @@ namespace pdserve {
 // head_dim, i = h * head_dim + d < kv_dim):
 //   kF32:        keys and values [s][kv_dim] floats (the layout the CUDA
 //                backend copies byte for byte).
-//   kF16, kBF16: keys TRANSPOSED per head, element (s, i) at [i][s], so the
-//                keys of consecutive slots are contiguous for the attention
-//                kernels; values [s][kv_dim].
+//   kF16:        keys TRANSPOSED, element (s, i) at [i][s], so the keys of
+//                consecutive slots are contiguous for the attention kernels;
+//                values [s][kv_dim].
+//   kBF16:       in pairs, the operand layout of a bf16 dot product
+//                (vdpbf16ps): keys (s, i) at [i / 2][s][i % 2] (16 slots x 2
+//                elements of a head in 64 bytes), values (s, i) at
+//                [s / 2][i][s % 2] (2 slots x 16 elements in 64 bytes);
+//                page_size must be even.
 //   kQ8_0:       keys: int8 [i][s], then f16 scales [h][d / 32][s];
 //                values: int8 [s][kv_dim], then f16 scales [s][kv_dim / 32].
 // Write/ReadKey/ReadValue hide the layouts; kernels read them directly.
@@ -114,6 +119,15 @@ class KvStorage {
   // Returns the physical memory of `page` to the OS (madvise MADV_DONTNEED);
   // the page reads as zeros afterwards.
   void ReleasePage(int64_t page);
+
+  // kBF16: the uint16 index of key (value) element i of slot s in its
+  // block (the pair layouts above).
+  int64_t Bf16KeyIndex(int64_t s, int64_t i) const {
+    return ((i / 2) * page_size_ + s) * 2 + (i % 2);
+  }
+  int64_t Bf16ValueIndex(int64_t s, int64_t i) const {
+    return ((s / 2) * kv_dim_ + i) * 2 + (s % 2);
+  }
 
  private:
   KvStorage(int64_t num_layers, int64_t kv_dim, int64_t page_size,

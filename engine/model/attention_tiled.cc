@@ -1,6 +1,10 @@
 // Dispatcher, scalar reference and split-context combine of the tiled
 // attention. Compiled with -ffp-contract=off, like the kernels: the scalar
-// code here rounds exactly as their vector code does.
+// code here rounds exactly as their vector code does; and with
+// -fno-tree-vectorize: GCC 12.2's loop vectorizer miscompiles the two-chain
+// strided reduction of ReferenceQueryBf16 (`for (d = 0; d < n; d += 4)
+// { a = (a + x[d+1]) + x[d]; c = (c + x[d+3]) + x[d+2]; }` sums wrong at
+// -O2 and -O3; right at -O1 or without vectorization).
 #include "engine/model/attention_tiled.h"
 
 #include <algorithm>
@@ -37,8 +41,13 @@ float AttnExp(float x) {
 
 namespace {
 
+bool CpuHas(const char* isa);
+
 bool CpuHas(const char* isa) {
 #if defined(PDSERVE_ATTN_X86)
+  if (std::strcmp(isa, "avx512bf16") == 0) {
+    return CpuHas("avx512") && __builtin_cpu_supports("avx512bf16");
+  }
   if (std::strcmp(isa, "avx512") == 0) {
     return __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") &&
@@ -55,6 +64,9 @@ const TiledKernels& Selected() {
   static const TiledKernels k = [] {
     const char* level = MatMulIsa();  // follows PDSERVE_ISA
 #if defined(PDSERVE_ATTN_X86)
+    if (std::strcmp(level, "avx512") == 0 && CpuHas("avx512bf16")) {
+      return Avx512Bf16Kernels();
+    }
     if (std::strcmp(level, "avx512") == 0 && CpuHas("avx512")) {
       return Avx512Kernels();
     }
@@ -74,8 +86,10 @@ const TiledKernels* KernelsFor(const char* isa) {
   if (isa == nullptr) return &Selected();
   if (!CpuHas(isa)) return nullptr;
 #if defined(PDSERVE_ATTN_X86)
+  static const TiledKernels avx512bf16 = Avx512Bf16Kernels();
   static const TiledKernels avx512 = Avx512Kernels();
   static const TiledKernels avx2 = Avx2Kernels();
+  if (std::strcmp(isa, "avx512bf16") == 0) return &avx512bf16;
   if (std::strcmp(isa, "avx512") == 0) return &avx512;
   if (std::strcmp(isa, "avx2") == 0) return &avx2;
 #endif
@@ -117,9 +131,86 @@ float PairwiseSum16(float* a) {
   return a[0];
 }
 
+uint32_t RoundBf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+float Bf16Float(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// The bf16 arithmetic (attention_tiled.h): q and p rounded to bf16, each
+// pair step (acc + odd product) + even product.
+void ReferenceQueryBf16(const AttentionBlock& b, const float* q,
+                        int64_t n_keys, float* out) {
+  const KvStorage& kv = *b.kv;
+  const int64_t hd = b.head_dim, ps = kv.page_size();
+  const int64_t base = b.kv_head * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float qb[kAttnMaxHeadDim], run[kAttnMaxHeadDim + 2], seg[kAttnMaxHeadDim + 2];
+  float k[kTile * kAttnMaxHeadDim], v[kTile * kAttnMaxHeadDim];
+  for (int64_t d = 0; d < hd; ++d) qb[d] = Bf16Float(RoundBf16Bits(q[d] * scale));
+  InitRecord(run, hd);
+  for (int64_t sg = 0; sg < AttnSegments(n_keys); ++sg) {
+    const int64_t k0 = sg * kAttnSegmentKeys;
+    const int64_t k1 = std::min(k0 + kAttnSegmentKeys, n_keys);
+    InitRecord(seg, hd);
+    for (int64_t t = k0; t < k1; t += kTile) {
+      const int64_t valid = std::min(kTile, k1 - t);
+      float s[kTile], p[kTile];
+      for (int64_t j = 0; j < valid; ++j) {
+        const int64_t pos = t + j;
+        kv.ReadKey(b.page_table[pos / ps], b.layer, pos % ps, &k[j * hd], base,
+                   hd);
+        kv.ReadValue(b.page_table[pos / ps], b.layer, pos % ps, &v[j * hd],
+                     base, hd);
+        const float* kj = &k[j * hd];
+        float a = 0.0f, c = 0.0f;
+        for (int64_t d = 0; d < hd; d += 4) {
+          a = (a + qb[d + 1] * kj[d + 1]) + qb[d] * kj[d];
+          c = (c + qb[d + 3] * kj[d + 3]) + qb[d + 2] * kj[d + 2];
+        }
+        s[j] = a + c;
+      }
+      float tmax = s[0];
+      for (int64_t j = 1; j < valid; ++j) tmax = std::max(tmax, s[j]);
+      if (tmax > seg[0]) {
+        const float corr = AttnExp(seg[0] - tmax);
+        seg[1] = seg[1] * corr;
+        for (int64_t c = 0; c < hd; ++c) seg[2 + c] = seg[2 + c] * corr;
+        seg[0] = tmax;
+      }
+      for (int64_t j = 0; j < kTile; ++j) {
+        p[j] = j < valid ? Bf16Float(RoundBf16Bits(AttnExp(s[j] - seg[0])))
+                         : 0.0f;
+      }
+      float lanes[kTile];
+      std::memcpy(lanes, p, sizeof(lanes));
+      seg[1] = seg[1] + PairwiseSum16(lanes);
+      for (int64_t j = 0; j < valid; j += 2) {
+        for (int64_t c = 0; c < hd; ++c) {
+          float o = seg[2 + c];
+          if (j + 1 < valid) o = o + p[j + 1] * v[(j + 1) * hd + c];
+          seg[2 + c] = o + p[j] * v[j * hd + c];
+        }
+      }
+    }
+    MergeRecord(run, seg, hd);
+  }
+  FinishRecord(run, hd, out);
+}
+
 // One query of the reference: `n_keys` positions, into `out`.
 void ReferenceQuery(const AttentionBlock& b, const float* q, int64_t n_keys,
                     float* out) {
+  if (b.kv->dtype() == KvDType::kBF16) {
+    ReferenceQueryBf16(b, q, n_keys, out);
+    return;
+  }
   const KvStorage& kv = *b.kv;
   const int64_t hd = b.head_dim, ps = kv.page_size();
   const int64_t base = b.kv_head * hd;

@@ -16,6 +16,12 @@
 //   merged in order into (M, L, O) from (-inf, 0, 0): M' = max(M, m),
 //   L = L a + l b, O = O a + o b, a = e^(M - M'), b = e^(m - M'). Output
 //   O * (1 / L). e^x is AttnExp (a Cephes-style polynomial; 0 below -87).
+// bf16 (the CPU default) multiplies in bf16 pairs, the operands of
+// vdpbf16ps: q' and p are rounded to bf16 (RNE), l sums the rounded p, and
+// the score sums A (pairs of d = 0-1, 4-5, ...) and B (2-3, 6-7, ...) each
+// step (acc + q'_odd k_odd) + q'_even k_even; o steps over slot pairs
+// (o + p_odd v_odd) + p_even v_even. CPUs without AVX512-BF16 do the same
+// in f32 (bf16 products are exact in f32): bitwise equal.
 #ifndef PDSERVE_ENGINE_MODEL_ATTENTION_TILED_H_
 #define PDSERVE_ENGINE_MODEL_ATTENTION_TILED_H_
 
@@ -76,6 +82,7 @@ struct TiledKernels {
                  float*);
   const char* name;
 };
+TiledKernels Avx512Bf16Kernels();
 TiledKernels Avx512Kernels();
 TiledKernels Avx2Kernels();
 TiledKernels GenericKernels();

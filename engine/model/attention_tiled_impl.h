@@ -136,15 +136,13 @@ void StageKeys(const TileSource& s, int64_t t, int64_t n, float* kt) {
   const KvStorage& kv = *s.kv;
   const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
   const int64_t base = s.kv_head * hd;
-  if (D != KvDType::kF32 && ps % kL == 0) {
+  if (D != KvDType::kF32 && D != KvDType::kBF16 && ps % kL == 0) {
     const uint8_t* kb = kv.key_block(s.pages[t / ps], s.layer);
     const int64_t slot = t % ps;
     for (int64_t d = 0; d < hd; ++d) {
       const int64_t i = base + d;
       V16 k;
-      if constexpr (D == KvDType::kBF16) {
-        k = LoadBf16(reinterpret_cast<const uint16_t*>(kb) + i * ps + slot);
-      } else if constexpr (D == KvDType::kF16) {
+      if constexpr (D == KvDType::kF16) {
         k = LoadF16(reinterpret_cast<const uint16_t*>(kb) + i * ps + slot);
       } else {
         const auto* scales = reinterpret_cast<const uint16_t*>(kb + ps * kvd);
@@ -170,7 +168,7 @@ void StageValues(const TileSource& s, int64_t t, int64_t n, float* vt) {
   const KvStorage& kv = *s.kv;
   const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
   const int64_t base = s.kv_head * hd;
-  if (D != KvDType::kF32 && ps % kL == 0) {
+  if (D != KvDType::kF32 && D != KvDType::kBF16 && ps % kL == 0) {
     const uint8_t* vb = kv.value_block(s.pages[t / ps], s.layer);
     const int64_t slot0 = t % ps;
     for (int64_t j = 0; j < n; ++j) {
@@ -178,9 +176,7 @@ void StageValues(const TileSource& s, int64_t t, int64_t n, float* vt) {
       for (int64_t c = 0; c < hd; c += kL) {
         const int64_t i = base + c;
         V16 v;
-        if constexpr (D == KvDType::kBF16) {
-          v = LoadBf16(reinterpret_cast<const uint16_t*>(vb) + slot * kvd + i);
-        } else if constexpr (D == KvDType::kF16) {
+        if constexpr (D == KvDType::kF16) {
           v = LoadF16(reinterpret_cast<const uint16_t*>(vb) + slot * kvd + i);
         } else {
           const auto* scales = reinterpret_cast<const uint16_t*>(vb + ps * kvd);
@@ -393,6 +389,264 @@ void AttendDType(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
   }
 }
 
+// ---------------------------------------------------------------------------
+// bf16: dot products on bf16 pairs (vdpbf16ps where the CPU has AVX512-BF16,
+// the same operations in f32 elsewhere: each product of two bf16 is exact,
+// and the instruction adds the odd pair element's product first, then the
+// even one's, each rounded).
+
+inline uint32_t RoundBf16Bits(float x) {  // RNE, finite x
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+inline float Bf16Float(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// acc + the 16 lanes of pairs (32 bf16) times the pair (odd << 16 | even).
+inline V16 DotPairs(V16 acc, const uint16_t* pairs, uint32_t pair) {
+#if defined(__AVX512BF16__)
+  __m512 a;
+  std::memcpy(&a, &acc, sizeof(a));
+  const __m512i k = _mm512_loadu_si512(pairs);
+  a = _mm512_dpbf16_ps(a, (__m512bh)k, (__m512bh)_mm512_set1_epi32(pair));
+  std::memcpy(&acc, &a, sizeof(a));
+  return acc;
+#else
+  U32x16 u;
+  std::memcpy(&u, pairs, sizeof(u));
+  const U32x16 lo = u << 16, hi = u & 0xffff0000u;
+  V16 even, odd;
+  std::memcpy(&even, &lo, sizeof(even));
+  std::memcpy(&odd, &hi, sizeof(odd));
+  return (acc + Bf16Float(pair >> 16) * odd) + Bf16Float(pair & 0xffffu) * even;
+#endif
+}
+
+// Where a tile's bf16 pairs are: key pair row p at k + p * k_stride, value
+// pair t (slots 2t, 2t + 1) at v + t * v_stride (uint16 units).
+struct Bf16Tile {
+  const uint16_t* k;
+  int64_t k_stride;
+  const uint16_t* v;
+  int64_t v_stride;
+};
+
+// Pointers into the page when the tile lies in one (page_size % 16 == 0);
+// else the tile's pairs copied (bits as they are) into `stage`.
+Bf16Tile Bf16TileAt(const TileSource& s, int64_t t, int64_t n,
+                    uint16_t* stage) {
+  const KvStorage& kv = *s.kv;
+  const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
+  const int64_t base = s.kv_head * hd;
+  if (ps % kL == 0) {
+    const auto* kb = reinterpret_cast<const uint16_t*>(
+        kv.key_block(s.pages[t / ps], s.layer));
+    const auto* vb = reinterpret_cast<const uint16_t*>(
+        kv.value_block(s.pages[t / ps], s.layer));
+    const int64_t slot = t % ps;
+    return {kb + kv.Bf16KeyIndex(slot, base), ps * 2,
+            vb + kv.Bf16ValueIndex(slot, base), kvd * 2};
+  }
+  uint16_t* ks = stage;                 // [hd / 2][16][2]
+  uint16_t* vs = stage + hd * kL;       // [8][hd][2]
+  std::fill(stage, stage + 2 * hd * kL, uint16_t{0});
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = t + j, slot = pos % ps;
+    const auto* kb = reinterpret_cast<const uint16_t*>(
+        kv.key_block(s.pages[pos / ps], s.layer));
+    const auto* vb = reinterpret_cast<const uint16_t*>(
+        kv.value_block(s.pages[pos / ps], s.layer));
+    for (int64_t d = 0; d < hd; ++d) {
+      ks[((d / 2) * kL + j) * 2 + d % 2] = kb[kv.Bf16KeyIndex(slot, base + d)];
+      vs[((j / 2) * hd + d) * 2 + j % 2] =
+          vb[kv.Bf16ValueIndex(slot, base + d)];
+    }
+  }
+  return {ks, kL * 2, vs, hd * 2};
+}
+
+// Scores of up to 4 queries (q pairs [hd / 2]): pair rows p = 0, 2, 4, ...
+// into A, 1, 3, ... into B; score = A + B.
+template <int NQ>
+void ScoresBf16(const uint32_t* const* qp, const Bf16Tile& tile, int64_t hd,
+                V16* out) {
+  V16 a[NQ] = {}, b[NQ] = {};
+  for (int64_t p = 0; p < hd / 2; p += 2) {
+    const uint16_t* k0 = tile.k + p * tile.k_stride;
+    const uint16_t* k1 = tile.k + (p + 1) * tile.k_stride;
+    for (int q = 0; q < NQ; ++q) {
+      a[q] = DotPairs(a[q], k0, qp[q][p]);
+      b[q] = DotPairs(b[q], k1, qp[q][p + 1]);
+    }
+  }
+  for (int q = 0; q < NQ; ++q) out[q] = a[q] + b[q];
+}
+
+// One query's online-softmax step (bf16 weights p).
+template <int HV>
+void UpdateBf16(V16 s, int64_t valid, const Bf16Tile& tile, int64_t hd,
+                float* rec) {
+  float sa[kL];
+  std::memcpy(sa, &s, sizeof(sa));
+  for (int64_t j = valid; j < kL; ++j) {
+    sa[j] = -std::numeric_limits<float>::infinity();
+  }
+  const float tmax = HMax(sa, valid);
+  const int64_t hv = HV > 0 ? HV : hd / kL;
+  float* o = rec + 2;
+  if (tmax > rec[0]) {
+    const float corr = attn_internal::AttnExp(rec[0] - tmax);
+    rec[1] = rec[1] * corr;
+    for (int64_t c = 0; c < hv; ++c) {
+      StoreF(o + c * kL, LoadF(o + c * kL) * corr);
+    }
+    rec[0] = tmax;
+  }
+  const V16 p = ExpV(LoadF(sa) - rec[0]);
+  // Round p to bf16 (RNE) in integer lanes; l sums the rounded weights.
+  U32x16 u;
+  std::memcpy(&u, &p, sizeof(u));
+  const U32x16 pb = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const U32x16 pbf = pb << 16;
+  V16 pr;
+  std::memcpy(&pr, &pbf, sizeof(pr));
+  rec[1] = rec[1] + HSum(pr);
+  uint32_t bits[kL];
+  std::memcpy(bits, &pb, sizeof(bits));
+  const int64_t pairs = (valid + 1) / 2;
+  if constexpr (HV > 0) {
+    V16 acc[HV];
+    for (int c = 0; c < HV; ++c) acc[c] = LoadF(o + c * kL);
+    for (int64_t t = 0; t < pairs; ++t) {
+      const uint32_t w = (bits[2 * t + 1] << 16) | bits[2 * t];
+      const uint16_t* v = tile.v + t * tile.v_stride;
+      for (int c = 0; c < HV; ++c) acc[c] = DotPairs(acc[c], v + c * 32, w);
+    }
+    for (int c = 0; c < HV; ++c) StoreF(o + c * kL, acc[c]);
+  } else {
+    for (int64_t t = 0; t < pairs; ++t) {
+      const uint32_t w = (bits[2 * t + 1] << 16) | bits[2 * t];
+      const uint16_t* v = tile.v + t * tile.v_stride;
+      for (int64_t c = 0; c < hv; ++c) {
+        StoreF(o + c * kL, DotPairs(LoadF(o + c * kL), v + c * 32, w));
+      }
+    }
+  }
+}
+
+template <int HV>
+void AttendRowsBf16(const AttentionBlock& b, int64_t r0, int64_t r1,
+                    int64_t seg_begin, int64_t seg_end, float* partials,
+                    int64_t partial_stride, float* scratch) {
+  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t rec_n = AttnPartialFloats(hd);
+  const int64_t nq = (r1 - r0) * g;
+  auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nq][hd / 2] pairs
+  float* run = scratch + nq * hd;                   // [nq][rec]
+  float* seg = run + nq * rec_n;                    // [nq][rec]
+  auto* stage = reinterpret_cast<uint16_t*>(seg + nq * rec_n);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t h = 0; h < g; ++h) {
+      const float* q = b.q + r * b.q_stride + (b.kv_head * g + h) * hd;
+      uint32_t* dst = qs + ((r - r0) * g + h) * hd;
+      for (int64_t p = 0; p < hd / 2; ++p) {
+        dst[p] = (RoundBf16Bits(q[2 * p + 1] * scale) << 16) |
+                 RoundBf16Bits(q[2 * p] * scale);
+      }
+    }
+  }
+  const bool full = partials == nullptr;
+  if (full) {
+    for (int64_t i = 0; i < nq; ++i) InitRecord(run + i * rec_n, hd);
+  }
+  const int64_t max_keys = b.start_pos + r1;
+  const int64_t last_seg = full ? AttnSegments(max_keys)
+                                : std::min(seg_end, AttnSegments(max_keys));
+  const TileSource src{b.kv, b.layer, b.page_table.data(), b.kv_head, hd};
+  for (int64_t sg = full ? 0 : seg_begin; sg < last_seg; ++sg) {
+    const int64_t k0 = sg * kAttnSegmentKeys;
+    const int64_t k1 = std::min(k0 + kAttnSegmentKeys, max_keys);
+    const int64_t first_row = std::max(r0, k0 - b.start_pos);
+    const int64_t q_first = (first_row - r0) * g;
+    for (int64_t i = q_first; i < nq; ++i) InitRecord(seg + i * rec_n, hd);
+    for (int64_t t = k0; t < k1; t += kL) {
+      const int64_t n = std::min(kL, k1 - t);
+      const Bf16Tile tile = Bf16TileAt(src, t, n, stage);
+      const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
+      for (int64_t i = q_tile; i < nq; i += 4) {
+        const int nb = static_cast<int>(std::min<int64_t>(4, nq - i));
+        const uint32_t* qp[4];
+        for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
+        V16 s[4];
+        if (nb == 4) {
+          ScoresBf16<4>(qp, tile, hd, s);
+        } else if (nb == 3) {
+          ScoresBf16<3>(qp, tile, hd, s);
+        } else if (nb == 2) {
+          ScoresBf16<2>(qp, tile, hd, s);
+        } else {
+          ScoresBf16<1>(qp, tile, hd, s);
+        }
+        for (int k = 0; k < nb; ++k) {
+          const int64_t qi = i + k;
+          const int64_t r = r0 + qi / g;
+          const int64_t valid = std::min(kL, b.start_pos + r + 1 - t);
+          UpdateBf16<HV>(s[k], valid, tile, hd, seg + qi * rec_n);
+        }
+      }
+    }
+    for (int64_t i = q_first; i < nq; ++i) {
+      if (full) {
+        MergeRecord(run + i * rec_n, seg + i * rec_n, hd);
+      } else {
+        std::memcpy(partials + (i + (r0 - b.row_begin) * g) * partial_stride *
+                                   rec_n + sg * rec_n,
+                    seg + i * rec_n, rec_n * sizeof(float));
+      }
+    }
+  }
+  if (full) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t h = 0; h < g; ++h) {
+        FinishRecord(run + ((r - r0) * g + h) * rec_n, hd,
+                     b.out + r * b.q_stride + (b.kv_head * g + h) * hd);
+      }
+    }
+  }
+}
+
+template <int HV>
+void AttendAllRowsBf16(const AttentionBlock& b, int64_t seg_begin,
+                       int64_t seg_end, float* partials,
+                       int64_t partial_stride, float* scratch) {
+  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += kAttnTiledRows) {
+    const int64_t r1 = std::min(b.row_end, r0 + kAttnTiledRows);
+    AttendRowsBf16<HV>(b, r0, r1, seg_begin, seg_end, partials,
+                       partial_stride, scratch);
+  }
+}
+
+void AttendBf16(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
+                float* partials, int64_t partial_stride, float* scratch) {
+  switch (b.head_dim) {
+    case 64:
+      return AttendAllRowsBf16<4>(b, seg_begin, seg_end, partials,
+                                  partial_stride, scratch);
+    case 128:
+      return AttendAllRowsBf16<8>(b, seg_begin, seg_end, partials,
+                                  partial_stride, scratch);
+    default:
+      return AttendAllRowsBf16<0>(b, seg_begin, seg_end, partials,
+                                  partial_stride, scratch);
+  }
+}
+
 void Attend(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
             float* partials, int64_t partial_stride, float* scratch) {
   switch (b.kv->dtype()) {
@@ -403,8 +657,8 @@ void Attend(const AttentionBlock& b, int64_t seg_begin, int64_t seg_end,
       return AttendDType<KvDType::kF16>(b, seg_begin, seg_end, partials,
                                         partial_stride, scratch);
     case KvDType::kBF16:
-      return AttendDType<KvDType::kBF16>(b, seg_begin, seg_end, partials,
-                                         partial_stride, scratch);
+      return AttendBf16(b, seg_begin, seg_end, partials, partial_stride,
+                        scratch);
     case KvDType::kQ8_0:
       return AttendDType<KvDType::kQ8_0>(b, seg_begin, seg_end, partials,
                                          partial_stride, scratch);

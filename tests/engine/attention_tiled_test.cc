@@ -117,7 +117,7 @@ const std::vector<Shape>& Shapes() {
   return *shapes;
 }
 
-const char* const kIsas[] = {"avx512", "avx2", "generic"};
+const char* const kIsas[] = {"avx512bf16", "avx512", "avx2", "generic"};
 
 TEST(AttentionTiledTest, EveryIsaIsBitwiseTheScalarReference) {
   int levels_run = 0;
@@ -232,7 +232,11 @@ TEST(AttentionTiledTest, CloseToExactSoftmaxOverTheStoredKeys) {
         }
       }
     }
-    EXPECT_LT(worst, 2e-5) << Name(s);
+    // f32, f16, q8_0 multiply in f32; bf16 rounds q and p to bf16 too.
+    const double tol = s.dtype == KvDType::kBF16 ? 2e-2 : 2e-5;  // bf16: 0.0085 measured
+    EXPECT_LT(worst, tol) << Name(s);
+    std::printf("%s: largest difference from exact %.3g\n", Name(s).c_str(),
+                worst);
   }
 }
 
@@ -270,13 +274,19 @@ TEST(KvStorageDTypeTest, RoundTripsWithinTheTypesPrecision) {
       EXPECT_EQ(rv[i], 0.0f);
     }
   }
-  // bf16 keys are stored transposed: element i of slot 5 at [i][slot].
+  // bf16 is stored in dot-product pairs: key element i of slot s at
+  // [i / 2][s][i % 2], value element i at [s / 2][i][s % 2].
   KvStorage kv(1, kv_dim, ps, 1, KvDType::kBF16, 64);
   kv.Write(0, 0, 5, k.data(), v.data());
   const auto* keys = reinterpret_cast<const uint16_t*>(kv.key_block(0, 0));
   const auto* vals = reinterpret_cast<const uint16_t*>(kv.value_block(0, 0));
-  EXPECT_EQ(keys[7 * ps + 5], F32ToBF16(k[7]));
-  EXPECT_EQ(vals[5 * kv_dim + 7], F32ToBF16(v[7]));
+  EXPECT_EQ(keys[(3 * ps + 5) * 2 + 1], F32ToBF16(k[7]));
+  EXPECT_EQ(vals[(2 * kv_dim + 7) * 2 + 1], F32ToBF16(v[7]));
+  // f16 keys are transposed: element i of slot 5 at [i][slot].
+  KvStorage kv16(1, kv_dim, ps, 1, KvDType::kF16, 64);
+  kv16.Write(0, 0, 5, k.data(), v.data());
+  EXPECT_EQ(reinterpret_cast<const uint16_t*>(kv16.key_block(0, 0))[7 * ps + 5],
+            F32ToF16(k[7]));
 }
 
 TEST(KvStorageDTypeTest, BadShapesAreRefusedWithTheNumbers) {
@@ -286,6 +296,10 @@ TEST(KvStorageDTypeTest, BadShapesAreRefusedWithTheNumbers) {
       << q8.status();
   auto uneven = KvStorage::Create(2, 100, 16, 4, KvDType::kBF16, 64);
   EXPECT_FALSE(uneven.ok());
+  auto odd_pages = KvStorage::Create(2, 128, 5, 4, KvDType::kBF16, 64);
+  ASSERT_FALSE(odd_pages.ok());
+  EXPECT_NE(odd_pages.status().message().find("even page size"),
+            std::string::npos);
   auto parsed = ParseKvDType("bf8");
   ASSERT_FALSE(parsed.ok());
   EXPECT_NE(parsed.status().message().find("bf8"), std::string::npos);

@@ -59,11 +59,11 @@ TEST(HybridQwen35Test, MatchesTransformers) {
 
 // The golden's greedy tokens with the 16-bit KV caches (bf16 is the CPU
 // default); bounds: about twice the differences measured
-// (bf16 0.0223, f16 0.00483).
+// (bf16 0.0409, f16 0.00483).
 TEST(HybridQwen35Test, GreedyTokensWith16BitKv) {
   auto w = Load();
   ASSERT_NE(w, nullptr);
-  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kBF16, 0.05f);
+  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kBF16, 0.08f);
   hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kF16, 0.01f);
 }
 

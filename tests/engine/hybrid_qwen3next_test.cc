@@ -48,11 +48,11 @@ TEST(HybridQwen3NextTest, MatchesTransformers) {
 
 // The golden's greedy tokens with the 16-bit KV caches (bf16 is the CPU
 // default); bounds: about twice the differences measured
-// (bf16 0.012, f16 0.00286).
+// (bf16 0.018, f16 0.00286).
 TEST(HybridQwen3NextTest, GreedyTokensWith16BitKv) {
   auto w = Load();
   ASSERT_NE(w, nullptr);
-  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kBF16, 0.03f);
+  hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kBF16, 0.04f);
   hybrid_test::CheckGoldenGreedy(*w, kDir, KvDType::kF16, 0.006f);
 }
 

@@ -241,17 +241,18 @@ class KvDTypeParityTest : public ::testing::TestWithParam<KvDType> {
   }
 };
 
-// Bounds: twice the largest logit differences measured (f32: < 1.3e-5):
-//   tiny_llama   bf16 0.0353  f16 0.00491
-//   tiny_qwen3   bf16 0.0546  f16 0.00668
-//   stories260K  bf16 0.176   f16 0.0339
+// Bounds: about twice the largest logit differences measured (f32:
+// < 1.3e-5; bf16 rounds q and the softmax weights to bf16 as well):
+//   tiny_llama   bf16 0.0497  f16 0.00491
+//   tiny_qwen3   bf16 0.098   f16 0.00668
+//   stories260K  bf16 0.225   f16 0.0339
 // (q8_0 needs head_dim % 32 == 0, which these heads of 16, 24 and 8 are
 // not; SmolLM2 below runs it). A cache read wrongly changes the tokens.
 float Bound(const std::string& fixture, KvDType d) {
   const bool bf = d == KvDType::kBF16;
-  if (fixture == "tiny_llama") return bf ? 0.07f : 0.01f;
-  if (fixture == "tiny_qwen3") return bf ? 0.11f : 0.014f;
-  return bf ? 0.35f : 0.07f;
+  if (fixture == "tiny_llama") return bf ? 0.1f : 0.01f;
+  if (fixture == "tiny_qwen3") return bf ? 0.2f : 0.014f;
+  return bf ? 0.45f : 0.07f;
 }
 
 TEST_P(KvDTypeParityTest, TinyLlama) {
