@@ -103,6 +103,7 @@ namespace {
 
 using attn_internal::AttnExp;
 constexpr int64_t kTile = 16;
+constexpr int64_t kBf16Block = 64;  // bf16: keys per softmax step
 
 void InitRecord(float* rec, int64_t hd) {
   rec[0] = -std::numeric_limits<float>::infinity();
@@ -152,23 +153,21 @@ void ReferenceQueryBf16(const AttentionBlock& b, const float* q,
   const int64_t base = b.kv_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float qb[kAttnMaxHeadDim], run[kAttnMaxHeadDim + 2], seg[kAttnMaxHeadDim + 2];
-  float k[kTile * kAttnMaxHeadDim], v[kTile * kAttnMaxHeadDim];
+  // Small stack buffers (no thread_local: static TLS would not fit the
+  // metrics server's thread stacks), one key or value pair at a time.
+  float kj[kAttnMaxHeadDim], v0[kAttnMaxHeadDim], v1[kAttnMaxHeadDim];
   for (int64_t d = 0; d < hd; ++d) qb[d] = Bf16Float(RoundBf16Bits(q[d] * scale));
   InitRecord(run, hd);
   for (int64_t sg = 0; sg < AttnSegments(n_keys); ++sg) {
     const int64_t k0 = sg * kAttnSegmentKeys;
     const int64_t k1 = std::min(k0 + kAttnSegmentKeys, n_keys);
     InitRecord(seg, hd);
-    for (int64_t t = k0; t < k1; t += kTile) {
-      const int64_t valid = std::min(kTile, k1 - t);
-      float s[kTile], p[kTile];
+    for (int64_t t = k0; t < k1; t += kBf16Block) {
+      const int64_t valid = std::min(kBf16Block, k1 - t);
+      float s[kBf16Block], p[kBf16Block];
       for (int64_t j = 0; j < valid; ++j) {
         const int64_t pos = t + j;
-        kv.ReadKey(b.page_table[pos / ps], b.layer, pos % ps, &k[j * hd], base,
-                   hd);
-        kv.ReadValue(b.page_table[pos / ps], b.layer, pos % ps, &v[j * hd],
-                     base, hd);
-        const float* kj = &k[j * hd];
+        kv.ReadKey(b.page_table[pos / ps], b.layer, pos % ps, kj, base, hd);
         float a = 0.0f, c = 0.0f;
         for (int64_t d = 0; d < hd; d += 4) {
           a = (a + qb[d + 1] * kj[d + 1]) + qb[d] * kj[d];
@@ -184,18 +183,27 @@ void ReferenceQueryBf16(const AttentionBlock& b, const float* q,
         for (int64_t c = 0; c < hd; ++c) seg[2 + c] = seg[2 + c] * corr;
         seg[0] = tmax;
       }
-      for (int64_t j = 0; j < kTile; ++j) {
+      for (int64_t j = 0; j < kBf16Block; ++j) {
         p[j] = j < valid ? Bf16Float(RoundBf16Bits(AttnExp(s[j] - seg[0])))
                          : 0.0f;
       }
+      // l += pairwise sum of ((lanes 0-15 + 16-31) + (32-47 + 48-63)).
       float lanes[kTile];
-      std::memcpy(lanes, p, sizeof(lanes));
+      for (int64_t j = 0; j < kTile; ++j) {
+        lanes[j] = (p[j] + p[j + 16]) + (p[j + 32] + p[j + 48]);
+      }
       seg[1] = seg[1] + PairwiseSum16(lanes);
       for (int64_t j = 0; j < valid; j += 2) {
+        const int64_t pos = t + j;
+        kv.ReadValue(b.page_table[pos / ps], b.layer, pos % ps, v0, base, hd);
+        if (j + 1 < valid) {
+          kv.ReadValue(b.page_table[(pos + 1) / ps], b.layer, (pos + 1) % ps,
+                       v1, base, hd);
+        }
         for (int64_t c = 0; c < hd; ++c) {
           float o = seg[2 + c];
-          if (j + 1 < valid) o = o + p[j + 1] * v[(j + 1) * hd + c];
-          seg[2 + c] = o + p[j] * v[j * hd + c];
+          if (j + 1 < valid) o = o + p[j + 1] * v1[c];
+          seg[2 + c] = o + p[j] * v0[c];
         }
       }
     }
@@ -273,8 +281,10 @@ bool AttendTiledVectorized(int64_t head_dim) {
 
 int64_t AttendTiledScratchFloats(int64_t head_dim, int64_t group) {
   const int64_t nq = kAttnTiledRows * group;
+  // q, the running and segment records, then 4 staged bf16 tiles (bf16) or
+  // one f32 key and value tile (the others).
   return nq * (head_dim + 2 * AttnPartialFloats(head_dim)) +
-         2 * kTile * head_dim;
+         4 * kTile * head_dim;
 }
 
 const char* AttendTiledIsa() { return attn_internal::KernelsFor(nullptr)->name; }

@@ -16,8 +16,10 @@
 //   merged in order into (M, L, O) from (-inf, 0, 0): M' = max(M, m),
 //   L = L a + l b, O = O a + o b, a = e^(M - M'), b = e^(m - M'). Output
 //   O * (1 / L). e^x is AttnExp (a Cephes-style polynomial; 0 below -87).
-// bf16 (the CPU default) multiplies in bf16 pairs, the operands of
-// vdpbf16ps: q' and p are rounded to bf16 (RNE), l sums the rounded p, and
+// bf16 (the CPU default) takes its softmax steps per block of 64 keys (4
+// tiles: m' over the block, l += the pairwise sum of the lane-wise
+// (t0 + t1) + (t2 + t3) of the rounded p) and multiplies in bf16 pairs, the
+// operands of vdpbf16ps: q' and p are rounded to bf16 (RNE), and
 // the score sums A (pairs of d = 0-1, 4-5, ...) and B (2-3, 6-7, ...) each
 // step (acc + q'_odd k_odd) + q'_even k_even; o steps over slot pairs
 // (o + p_odd v_odd) + p_even v_even. CPUs without AVX512-BF16 do the same

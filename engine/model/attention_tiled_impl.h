@@ -487,13 +487,18 @@ void ScoresBf16(const uint32_t* const* qp, const Bf16Tile& tile, int64_t hd,
   for (int q = 0; q < NQ; ++q) out[q] = a[q] + b[q];
 }
 
-// One query's online-softmax step (bf16 weights p).
+constexpr int64_t kBlock = 64;  // bf16: keys per softmax step (4 tiles)
+
+// One query's online-softmax step over a block of up to 64 keys (scores in
+// 4 lane groups s[0..3], `valid` keys): updates m, l and rescales o; writes
+// the bf16 weights as pairs w[0 .. (valid + 1) / 2).
 template <int HV>
-void UpdateBf16(V16 s, int64_t valid, const Bf16Tile& tile, int64_t hd,
-                float* rec) {
-  float sa[kL];
-  std::memcpy(sa, &s, sizeof(sa));
-  for (int64_t j = valid; j < kL; ++j) {
+void SoftmaxBlockBf16(V16* s, int64_t valid, int64_t hd, float* rec,
+                      uint32_t* w) {
+  const int64_t ntile = (valid + kL - 1) / kL;
+  float sa[kBlock];
+  for (int64_t t = 0; t < 4; ++t) std::memcpy(sa + t * kL, &s[t], 64);
+  for (int64_t j = valid; j < ntile * kL; ++j) {
     sa[j] = -std::numeric_limits<float>::infinity();
   }
   const float tmax = HMax(sa, valid);
@@ -507,34 +512,55 @@ void UpdateBf16(V16 s, int64_t valid, const Bf16Tile& tile, int64_t hd,
     }
     rec[0] = tmax;
   }
-  const V16 p = ExpV(LoadF(sa) - rec[0]);
-  // Round p to bf16 (RNE) in integer lanes; l sums the rounded weights.
-  U32x16 u;
-  std::memcpy(&u, &p, sizeof(u));
-  const U32x16 pb = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const U32x16 pbf = pb << 16;
-  V16 pr;
-  std::memcpy(&pr, &pbf, sizeof(pr));
-  rec[1] = rec[1] + HSum(pr);
-  uint32_t bits[kL];
-  std::memcpy(bits, &pb, sizeof(bits));
-  const int64_t pairs = (valid + 1) / 2;
-  if constexpr (HV > 0) {
-    V16 acc[HV];
-    for (int c = 0; c < HV; ++c) acc[c] = LoadF(o + c * kL);
-    for (int64_t t = 0; t < pairs; ++t) {
-      const uint32_t w = (bits[2 * t + 1] << 16) | bits[2 * t];
-      const uint16_t* v = tile.v + t * tile.v_stride;
-      for (int c = 0; c < HV; ++c) acc[c] = DotPairs(acc[c], v + c * 32, w);
-    }
-    for (int c = 0; c < HV; ++c) StoreF(o + c * kL, acc[c]);
-  } else {
-    for (int64_t t = 0; t < pairs; ++t) {
-      const uint32_t w = (bits[2 * t + 1] << 16) | bits[2 * t];
-      const uint16_t* v = tile.v + t * tile.v_stride;
-      for (int64_t c = 0; c < hv; ++c) {
-        StoreF(o + c * kL, DotPairs(LoadF(o + c * kL), v + c * 32, w));
+  V16 pr[4] = {};
+  uint32_t bits[kBlock];
+  for (int64_t t = 0; t < ntile; ++t) {
+    const V16 p = ExpV(LoadF(sa + t * kL) - rec[0]);
+    U32x16 u;
+    std::memcpy(&u, &p, sizeof(u));
+    const U32x16 pb = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const U32x16 pbf = pb << 16;
+    std::memcpy(&pr[t], &pbf, sizeof(pbf));
+    std::memcpy(bits + t * kL, &pb, sizeof(pb));
+  }
+  rec[1] = rec[1] + HSum((pr[0] + pr[1]) + (pr[2] + pr[3]));
+  for (int64_t u = 0; u < (valid + 1) / 2; ++u) {
+    w[u] = (bits[2 * u + 1] << 16) | bits[2 * u];
+  }
+}
+
+// o += p v for NQ queries at once (each over its own np[q] pairs), sharing
+// the value loads: for each pair u ascending, o_q = dot(o_q, v_u, w_q[u]).
+template <int NQ, int HV>
+void PvBf16(float* const* o, const uint32_t* const* w, const int64_t* np,
+            const Bf16Tile* tiles, int64_t max_pairs) {
+  V16 acc[NQ][HV];
+  for (int q = 0; q < NQ; ++q) {
+    for (int c = 0; c < HV; ++c) acc[q][c] = LoadF(o[q] + c * kL);
+  }
+  for (int64_t u = 0; u < max_pairs; ++u) {
+    const Bf16Tile& tile = tiles[u / (kL / 2)];
+    const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
+    for (int q = 0; q < NQ; ++q) {
+      if (u >= np[q]) continue;
+      for (int c = 0; c < HV; ++c) {
+        acc[q][c] = DotPairs(acc[q][c], v + c * 32, w[q][u]);
       }
+    }
+  }
+  for (int q = 0; q < NQ; ++q) {
+    for (int c = 0; c < HV; ++c) StoreF(o[q] + c * kL, acc[q][c]);
+  }
+}
+
+// Any head size (hv vectors), one query.
+void PvBf16Any(float* o, const uint32_t* w, int64_t np, const Bf16Tile* tiles,
+               int64_t hv) {
+  for (int64_t u = 0; u < np; ++u) {
+    const Bf16Tile& tile = tiles[u / (kL / 2)];
+    const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
+    for (int64_t c = 0; c < hv; ++c) {
+      StoreF(o + c * kL, DotPairs(LoadF(o + c * kL), v + c * 32, w[u]));
     }
   }
 }
@@ -549,7 +575,7 @@ void AttendRowsBf16(const AttentionBlock& b, int64_t r0, int64_t r1,
   auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nq][hd / 2] pairs
   float* run = scratch + nq * hd;                   // [nq][rec]
   float* seg = run + nq * rec_n;                    // [nq][rec]
-  auto* stage = reinterpret_cast<uint16_t*>(seg + nq * rec_n);
+  auto* stage = reinterpret_cast<uint16_t*>(seg + nq * rec_n);  // 4 tiles
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t h = 0; h < g; ++h) {
@@ -569,35 +595,67 @@ void AttendRowsBf16(const AttentionBlock& b, int64_t r0, int64_t r1,
   const int64_t last_seg = full ? AttnSegments(max_keys)
                                 : std::min(seg_end, AttnSegments(max_keys));
   const TileSource src{b.kv, b.layer, b.page_table.data(), b.kv_head, hd};
+  constexpr int kNq = HV == 8 ? 2 : 4;  // queries whose PV runs together
   for (int64_t sg = full ? 0 : seg_begin; sg < last_seg; ++sg) {
     const int64_t k0 = sg * kAttnSegmentKeys;
     const int64_t k1 = std::min(k0 + kAttnSegmentKeys, max_keys);
     const int64_t first_row = std::max(r0, k0 - b.start_pos);
     const int64_t q_first = (first_row - r0) * g;
     for (int64_t i = q_first; i < nq; ++i) InitRecord(seg + i * rec_n, hd);
-    for (int64_t t = k0; t < k1; t += kL) {
-      const int64_t n = std::min(kL, k1 - t);
-      const Bf16Tile tile = Bf16TileAt(src, t, n, stage);
+    for (int64_t t = k0; t < k1; t += kBlock) {
+      const int64_t n = std::min(kBlock, k1 - t);
+      const int64_t ntile = (n + kL - 1) / kL;
+      Bf16Tile tiles[4];
+      for (int64_t i = 0; i < ntile; ++i) {
+        tiles[i] = Bf16TileAt(src, t + i * kL, std::min(kL, n - i * kL),
+                              stage + i * 2 * hd * kL);
+      }
       const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
-      for (int64_t i = q_tile; i < nq; i += 4) {
-        const int nb = static_cast<int>(std::min<int64_t>(4, nq - i));
+      for (int64_t i = q_tile; i < nq; i += kNq) {
+        const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
         const uint32_t* qp[4];
         for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
-        V16 s[4];
-        if (nb == 4) {
-          ScoresBf16<4>(qp, tile, hd, s);
-        } else if (nb == 3) {
-          ScoresBf16<3>(qp, tile, hd, s);
-        } else if (nb == 2) {
-          ScoresBf16<2>(qp, tile, hd, s);
-        } else {
-          ScoresBf16<1>(qp, tile, hd, s);
+        V16 s[4][4];  // [tile][query]
+        for (int64_t tl = 0; tl < ntile; ++tl) {
+          if (nb == 4) {
+            ScoresBf16<4>(qp, tiles[tl], hd, s[tl]);
+          } else if (nb == 3) {
+            ScoresBf16<3>(qp, tiles[tl], hd, s[tl]);
+          } else if (nb == 2) {
+            ScoresBf16<2>(qp, tiles[tl], hd, s[tl]);
+          } else {
+            ScoresBf16<1>(qp, tiles[tl], hd, s[tl]);
+          }
         }
+        uint32_t w[4][kBlock / 2];
+        int64_t np[4] = {0, 0, 0, 0};
+        float* o[4];
+        const uint32_t* wp[4];
+        int64_t max_pairs = 0;
         for (int k = 0; k < nb; ++k) {
           const int64_t qi = i + k;
           const int64_t r = r0 + qi / g;
-          const int64_t valid = std::min(kL, b.start_pos + r + 1 - t);
-          UpdateBf16<HV>(s[k], valid, tile, hd, seg + qi * rec_n);
+          const int64_t valid = std::min(kBlock, b.start_pos + r + 1 - t);
+          V16 sq[4] = {s[0][k], s[1][k], s[2][k], s[3][k]};
+          float* rec = seg + qi * rec_n;
+          SoftmaxBlockBf16<HV>(sq, valid, hd, rec, w[k]);
+          np[k] = (valid + 1) / 2;
+          max_pairs = std::max(max_pairs, np[k]);
+          o[k] = rec + 2;
+          wp[k] = w[k];
+        }
+        if constexpr (HV > 0) {
+          if (nb == kNq) {
+            PvBf16<kNq, HV>(o, wp, np, tiles, max_pairs);
+          } else {
+            for (int k = 0; k < nb; ++k) {
+              PvBf16<1, HV>(o + k, wp + k, np + k, tiles, np[k]);
+            }
+          }
+        } else {
+          for (int k = 0; k < nb; ++k) {
+            PvBf16Any(o[k], wp[k], np[k], tiles, hd / kL);
+          }
         }
       }
     }
