@@ -24,16 +24,17 @@ namespace pdserve {
 
 // Per-sequence sampling the device can do itself (no penalties): the
 // SamplingParams of engine/model/sampler.h without the penalty fields. Greedy
-// when temperature == 0. A device draw need not reproduce the host
-// Sampler's std::mt19937_64 stream; it must be a deterministic function of
-// (seed, step, logits).
+// when temperature == 0. A device draw need not pick the host Sampler's
+// token; it must be a deterministic function of (seed, step, logits) (the
+// CUDA plugin draws SamplingUniform(seed, step) of engine/model/counter_rng.h,
+// as the host does).
 struct DeviceSamplingParams {
   float temperature = 0.0f;
   int32_t top_k = 0;   // 0 = off
   float top_p = 1.0f;  // 1 = off
   float min_p = 0.0f;  // 0 = off
   uint64_t seed = 0;   // with `step`, makes the draw reproducible
-  uint64_t step = 0;   // tokens this sequence sampled before
+  uint64_t step = 0;   // position of the sampled token (prompt + generated)
 };
 
 // A backend instance serves one model and one KV geometry. Thread-

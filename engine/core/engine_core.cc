@@ -510,7 +510,9 @@ absl::Status EngineCore::Impl::Forward(bool* on_device, ForwardStats* stats) {
     for (size_t k = 0; k < n; ++k) {
       const EngineSequence& seq = *span_seq_[k];
       device_params_[k] = seq.device_params;
-      device_params_[k].step = static_cast<uint64_t>(seq.generated);
+      // The draw's counter is the sampled token's position (the host
+      // Sampler's too), so a restarted sequence draws the same numbers.
+      device_params_[k].step = static_cast<uint64_t>(seq.sampler->position());
     }
     absl::Status s = backend_->RunAndSample(
         spans_, absl::MakeConstSpan(device_params_.data(), n),

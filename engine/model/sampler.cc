@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/counter_rng.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(
 }
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
-    : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
+    : params_(params), vocab_size_(vocab_size) {
   if (HasPenalties()) {
     output_count_.assign(vocab_size_, 0);
     in_prompt_.assign(vocab_size_, 0);
@@ -111,20 +112,35 @@ bool Sampler::HasFilters() const {
          params_.top_p < 1.0f || params_.min_p > 0.0f;
 }
 
-void Sampler::AddPrompt(absl::Span<const int32_t> prompt) {
+void Sampler::AddPrompt(absl::Span<const int32_t> prompt,
+                        int64_t resumed_outputs) {
+  position_ += static_cast<int64_t>(prompt.size());
   if (!HasPenalties()) return;
-  for (int32_t t : prompt) {
-    if (t < 0 || t >= vocab_size_ || in_prompt_[t]) continue;
+  const size_t outputs = static_cast<size_t>(std::clamp<int64_t>(
+      resumed_outputs, 0, static_cast<int64_t>(prompt.size())));
+  const size_t prompt_len = prompt.size() - outputs;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const int32_t t = prompt[i];
+    if (t < 0 || t >= vocab_size_) continue;
+    if (i >= prompt_len) {
+      CountOutput(t);
+      continue;
+    }
+    if (in_prompt_[t]) continue;
     if (output_count_[t] == 0) seen_.push_back(t);
     in_prompt_[t] = 1;
   }
 }
 
-void Sampler::Record(int32_t token) {
-  ++output_tokens_;
-  if (!HasPenalties()) return;
+void Sampler::CountOutput(int32_t token) {
   if (output_count_[token] == 0 && !in_prompt_[token]) seen_.push_back(token);
   ++output_count_[token];
+}
+
+void Sampler::Record(int32_t token) {
+  ++output_tokens_;
+  ++position_;
+  if (HasPenalties()) CountOutput(token);
 }
 
 void Sampler::ApplyPenalties(float* values) const {
@@ -164,8 +180,8 @@ void Sampler::FillTopLogprobs(absl::Span<const float> logits, float log_z,
   for (int32_t j = 0; j < k; ++j) top[j].logprob -= log_z;
 }
 
-double Sampler::Uniform() {
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+double Sampler::Uniform() const {
+  return SamplingUniform(params_.seed, static_cast<uint64_t>(position_));
 }
 
 // Temperature sampling over the whole vocabulary, no buffer: one pass for

@@ -6,7 +6,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -43,7 +42,8 @@ struct ReasoningControl {
 //   4. top_k (0 = off): keep the k most likely tokens;
 //   5. top_p: keep the smallest most-likely prefix whose mass >= top_p;
 //   6. min_p (0 = off): drop tokens with p < min_p * p_max;
-//   7. renormalise and draw with the sequence's own RNG.
+//   7. renormalise and draw with the uniform SamplingUniform(seed, position)
+//      (engine/model/counter_rng.h), position = the tokens before this one.
 struct SamplingParams {
   float temperature = 0.0f;       // >= 0; 0 = greedy
   int32_t top_k = 0;              // >= 0; 0 = all tokens
@@ -52,7 +52,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // > 0; 1 = off
   float presence_penalty = 0.0f;    // [-2, 2]
   float frequency_penalty = 0.0f;   // [-2, 2]
-  uint64_t seed = 0;              // seeds the sequence's std::mt19937_64
+  uint64_t seed = 0;              // keys the counter-based draws
   // (token id, bias) pairs added to the logits after the penalties: ids in
   // [0, vocab), biases in [-100, 100] (OpenAI's logit_bias).
   std::vector<std::pair<int32_t, float>> logit_bias;
@@ -107,9 +107,11 @@ struct SampledToken {
   std::array<TokenLogprob, kMaxTopLogprobs> top;
 };
 
-// Per-sequence sampling state: the parameters, an RNG seeded from
-// params.seed (std::mt19937_64, so a seed reproduces the same tokens on every
-// platform) and the token history the penalties need (allocated at
+// Per-sequence sampling state: the parameters, the position of the next
+// token (its draw is SamplingUniform(params.seed, position): a pure function
+// of the two, the same on every platform, so a sequence restarted from
+// prompt + generated-so-far draws what it would have drawn straight through)
+// and the token history the penalties need (allocated at
 // construction, vocab-sized, only when a penalty is on). Greedy and plain
 // temperature sampling need no scratch; the filtered modes use the scratch
 // passed in, or one the Sampler allocates on first use. After that first
@@ -122,12 +124,17 @@ class Sampler {
       const SamplingParams& params, int64_t vocab_size);
 
   // Marks prompt tokens for the repetition penalty (ids outside the
-  // vocabulary are ignored). Call before the first Sample.
-  void AddPrompt(absl::Span<const int32_t> prompt);
+  // vocabulary are ignored) and moves the position past them. The last
+  // `resumed_outputs` ids of `prompt` (clamped to [0, prompt.size()]) are
+  // tokens this request generated before it was restarted: they count as
+  // output tokens for the frequency and presence penalties, as they did the
+  // first time. Call once, before the first Sample.
+  void AddPrompt(absl::Span<const int32_t> prompt, int64_t resumed_outputs = 0);
 
-  // Picks the next token from `logits` (vocab_size floats) and records it in
-  // the output history. `allowed`, when given, is a bitmask of
-  // (vocab_size + 31) / 32 words (bit id % 32 of word id / 32): only those
+  // Picks the next token from `logits` (vocab_size floats) with the draw of
+  // position(), records it in the output history and advances the
+  // position. `allowed`, when given, is a bitmask of (vocab_size + 31) / 32
+  // words (bit id % 32 of word id / 32): only those
   // tokens can be drawn (their logits unchanged, the others -inf, before the
   // rest of the pipeline); the returned logprobs stay those of the model's
   // distribution. INVALID_ARGUMENT when logits has the wrong size or the
@@ -139,6 +146,8 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
   int64_t output_tokens() const { return output_tokens_; }
+  // Position of the next token sampled (prompt + tokens sampled so far).
+  int64_t position() const { return position_; }
 
  private:
   Sampler(const SamplingParams& params, int32_t vocab_size);
@@ -152,14 +161,15 @@ class Sampler {
   // Sets the logits of tokens `allowed` does not allow to -inf; false when
   // it allows none.
   bool ApplyMask(const uint32_t* allowed, float* values) const;
-  double Uniform();  // [0, 1), 53 random bits
+  double Uniform() const;  // [0, 1), 53 random bits of position_'s draw
   int32_t DrawPlain(const float* logits);
   int32_t DrawFiltered(SamplerScratch& s);
   void Record(int32_t token);
+  void CountOutput(int32_t token);
 
   SamplingParams params_;
   int32_t vocab_size_;
-  std::mt19937_64 rng_;
+  int64_t position_ = 0;
   std::unique_ptr<SamplerScratch> own_scratch_;
   // Penalty state (empty when no penalty is on).
   std::vector<int32_t> output_count_;  // [vocab]

@@ -25,3 +25,6 @@ pdserve_add_test(NAME engine_guide_test LABEL unit
 pdserve_add_test(NAME kv_ledger_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_ledger_test.cc
   LIBS pdserve_kv)
+pdserve_add_test(NAME engine_resume_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_resume_test.cc
+  LIBS pdserve_engine_core pdserve_loader)

@@ -19,3 +19,6 @@ pdserve_add_test(NAME model_generate_cli_test LABEL unit
           ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc
   LIBS nlohmann_json::nlohmann_json)
 add_dependencies(model_generate_cli_test pdserve)
+pdserve_add_test(NAME model_counter_rng_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_counter_rng_test.cc
+  LIBS pdserve_model)

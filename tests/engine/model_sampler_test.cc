@@ -112,6 +112,97 @@ TEST(SamplerTest, SameSeedSameTokensOtherSeedOtherTokens) {
   EXPECT_NE(run(42, 1.0f), run(43, 1.0f));
 }
 
+// Logits that depend on the history (a stand-in for a model): the next
+// distribution moves with the last token.
+std::vector<float> HistoryLogits(const std::vector<int32_t>& tokens,
+                                 int32_t vocab) {
+  std::vector<float> l(vocab);
+  const int32_t last = tokens.empty() ? 0 : tokens.back();
+  for (int32_t i = 0; i < vocab; ++i) {
+    l[i] = 2.0f * std::cos(0.37f * static_cast<float>(i) +
+                           0.11f * static_cast<float>(last));
+  }
+  return l;
+}
+
+// Samples `n` tokens after `tokens` (prompt + `resumed` generated ones),
+// appending them.
+void Continue(const SamplingParams& p, int32_t vocab, int64_t resumed, int n,
+              std::vector<int32_t>* tokens) {
+  auto s = Make(p, vocab);
+  s->AddPrompt(*tokens, resumed);
+  EXPECT_EQ(s->position(), static_cast<int64_t>(tokens->size()));
+  for (int i = 0; i < n; ++i) {
+    auto t = s->Sample(HistoryLogits(*tokens, vocab));
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokens->push_back(t->token);
+  }
+}
+
+TEST(SamplerTest, RestartAtAnyPositionDrawsTheSameTokens) {
+  constexpr int32_t kVocab = 97;
+  constexpr int kTokens = 40;
+  const std::vector<int32_t> prompt = {5, 17, 3, 60, 5};
+  SamplingParams plain;
+  plain.temperature = 1.0f;
+  plain.seed = 1234;
+  SamplingParams filtered = plain;
+  filtered.top_k = 40;
+  filtered.top_p = 0.9f;
+  filtered.min_p = 0.02f;
+  SamplingParams penalised = filtered;  // output history matters here
+  penalised.repetition_penalty = 1.3f;
+  penalised.frequency_penalty = 0.7f;
+  penalised.presence_penalty = 0.4f;
+  for (const SamplingParams& p : {plain, filtered, penalised}) {
+    std::vector<int32_t> straight = prompt;
+    Continue(p, kVocab, 0, kTokens, &straight);
+    for (int k : {1, 2, 9, 25, kTokens - 1}) {
+      std::vector<int32_t> resumed(straight.begin(),
+                                   straight.begin() + prompt.size() + k);
+      Continue(p, kVocab, k, kTokens - k, &resumed);
+      EXPECT_EQ(resumed, straight) << "restarted at " << k;
+    }
+    // Without its outputs marked as such, the penalised restart would be
+    // penalised differently (the test above can fail).
+    if (p.frequency_penalty != 0.0f) {
+      int differ = 0;
+      for (int k : {9, 25}) {
+        std::vector<int32_t> wrong(straight.begin(),
+                                   straight.begin() + prompt.size() + k);
+        Continue(p, kVocab, 0, kTokens - k, &wrong);
+        differ += wrong != straight;
+      }
+      EXPECT_GT(differ, 0);
+    }
+    // Another seed is another stream.
+    SamplingParams other = p;
+    other.seed = 1235;
+    std::vector<int32_t> b = prompt;
+    Continue(other, kVocab, 0, kTokens, &b);
+    EXPECT_NE(b, straight);
+  }
+}
+
+TEST(SamplerTest, TheDrawIsKeyedByPositionNotByCallCount) {
+  // Position 10 of one sequence: the same token whether it is the first
+  // sample of a sampler that was given a 10-token prompt or the eleventh of
+  // one that started empty (identical logits every time).
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 99;
+  std::vector<float> logits(300);
+  for (int i = 0; i < 300; ++i) logits[i] = std::sin(i * 0.3f);
+  auto a = Make(p, 300);
+  std::vector<int32_t> through;
+  for (int i = 0; i < 30; ++i) through.push_back(a->Sample(logits)->token);
+  for (int k : {0, 10, 29}) {
+    auto b = Make(p, 300);
+    b->AddPrompt(std::vector<int32_t>(k, 1));
+    EXPECT_EQ(b->Sample(logits)->token, through[k]) << k;
+  }
+}
+
 TEST(SamplerTest, TemperatureFollowsTheTemperedSoftmax) {
   const std::vector<double> probs = {0.5, 0.25, 0.15, 0.1};
   for (float temp : {1.0f, 0.5f, 2.0f}) {
