@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
+#include "scheduler/live_request_ids.h"
 
 namespace pdserve::scheduler {
 namespace {
@@ -15,7 +16,8 @@ double Ms(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 SchedulerShell::SchedulerShell(ShellOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      live_ids_(std::make_unique<LiveRequestIds>()) {
   engine_ = v1::Engine::NewStub(rpc::MakeChannel(options_.engine_target));
   // Sequence ids carry a random epoch so that a restarted scheduler never
   // collides with sequences an engine still holds from its predecessor.
@@ -75,6 +77,11 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
                                  "the engine is not ready; retry shortly"));
       return id;
     }
+    if (absl::Status s = live_ids_->Claim(request.request_id(), id); !s.ok()) {
+      r.sink->Close(rpc::ToGrpc(s));
+      return id;
+    }
+    r.sink = live_ids_->Releasing(std::move(r.sink), request.request_id(), id);
     inbox_.emplace_back(id, std::move(r));
   }
   cv_.notify_all();

@@ -71,6 +71,8 @@ struct ShellStatus {
   std::string model;
 };
 
+class LiveRequestIds;
+
 // Thread-safe: Submit/Cancel/Status may be called from any thread; the loop
 // thread owns the policy. When the engine fails (RPC error other than a
 // rejected request), every in-flight request ends with UNAVAILABLE, the
@@ -85,7 +87,8 @@ class SchedulerShell {
   void Stop();
 
   // Queues a request. Errors (engine not ready, queue full, prompt too
-  // long) are delivered through sink->Close. Returns the request's handle
+  // long, ALREADY_EXISTS for a request_id a live request holds) are
+  // delivered through sink->Close. Returns the request's handle
   // for Cancel.
   uint64_t Submit(const v1::SubmitRequest& request,
                   std::shared_ptr<EventSink> sink);
@@ -189,7 +192,8 @@ class SchedulerShell {
   std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> urgent_cancels_ ABSL_GUARDED_BY(mu_);  // for the engine, out of band
   std::thread canceller_;
-  absl::flat_hash_map<std::string, uint64_t> by_request_id_;
+  // Request ids of the requests not yet closed (ALREADY_EXISTS for another).
+  std::unique_ptr<LiveRequestIds> live_ids_;
   ShellStatus status_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,7 @@
 # pdserve_scheduler: the scheduler's IO shell (policy loop, engine client)
 # and its gRPC service / process.
 add_library(pdserve_scheduler STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/live_request_ids.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_shell.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_shell_steps.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_service.cc)

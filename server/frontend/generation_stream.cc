@@ -1,7 +1,10 @@
 #include "server/frontend/generation_stream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -48,9 +51,25 @@ void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
   }
 }
 
+uint64_t RandomRequestSeed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return rng();
+}
+
+const std::string& FrontendInstanceId() {
+  static const std::string id = [] {
+    std::random_device dev;
+    const uint64_t hi = dev(), lo = dev();
+    return absl::StrCat(absl::Hex((hi << 32) ^ lo, absl::kZeroPad16));
+  }();
+  return id;
+}
+
 std::string NextRequestId(absl::string_view prefix) {
   static std::atomic<uint64_t> next{1};
-  return absl::StrCat(prefix, next++);
+  return absl::StrCat(prefix, FrontendInstanceId(), "-", next++);
 }
 
 GenerationStream::GenerationStream(const GenerationContext& context,
@@ -83,7 +102,9 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
   s.self_ = stream;
   s.request_id_ = request_id;
   s.prompt_tokens_ = static_cast<int32_t>(prepared.prompt_ids.size());
-  s.submit_.set_request_id(request_id);
+  // The scheduler's key: unique to this front end whatever id the client
+  // chose (two replicas, or two clients, may both send "req-1").
+  s.submit_.set_request_id(NextRequestId("fe-"));
   s.submit_.mutable_prompt_ids()->Add(prepared.prompt_ids.begin(),
                                       prepared.prompt_ids.end());
   *s.submit_.mutable_sampling() = req.sampling();

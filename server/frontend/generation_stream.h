@@ -132,7 +132,20 @@ void RecordFinishedRequest(metrics::FrontendMetrics* metrics,
                            const grpc::Status& status,
                            GenerationStream::Clock::time_point start);
 
-// "req-N" ids for requests that bring none (process-wide counter).
+// A random 64-bit sampling seed (process-wide generator seeded from
+// std::random_device) for a request that brings none (the HTTP API's
+// requests without "seed"). Thread-safe.
+uint64_t RandomRequestSeed();
+
+// This process's front-end instance: 16 hex digits drawn from
+// std::random_device once per process (2^-64 odds that two replicas share
+// it). Thread-safe.
+const std::string& FrontendInstanceId();
+
+// "<prefix><instance>-<N>" (N a process-wide counter from 1): unique per
+// front end and across front ends. Used for the ids of requests that bring
+// none and, with prefix "fe-", for every request's id at the scheduler
+// (SubmitRequest.request_id), which the client's id never is. Thread-safe.
 std::string NextRequestId(absl::string_view prefix = "req-");
 
 }  // namespace pdserve::frontend

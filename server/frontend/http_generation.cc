@@ -24,13 +24,6 @@ class ChoiceSink : public GenerationSink {
   int index_;
 };
 
-uint64_t RandomSeed() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard<std::mutex> lock(mu);
-  return rng();
-}
-
 }  // namespace
 
 void HttpGeneration::Run(const GenerationContext& context,
@@ -69,7 +62,7 @@ void HttpGeneration::StartChoice(int index) {
   const int prompt = index / api_.n, sample = index % api_.n;
   v1::GenerateRequest req = api_.prompts[prompt];
   v1::SamplingParams* p = req.mutable_sampling();
-  p->set_seed(api_.seeded ? p->seed() + sample : RandomSeed());
+  p->set_seed(api_.seeded ? p->seed() + sample : RandomRequestSeed());
   if (context_.metrics != nullptr) context_.metrics->RecordRequestStart();
   auto stream = GenerationStream::Start(
       context_, req, prepared_[prompt], absl::StrCat(meta_.id, "-", index),

@@ -305,6 +305,82 @@ TEST_F(ServeTest, CancellationFreesCapacityWithinOneStep) {
   EXPECT_EQ(info().steps(), after.steps());
 }
 
+// Request ids at the scheduler: a second live submission under an id in
+// use (what two front ends generating the same id would send) is refused
+// with ALREADY_EXISTS and the first stream goes on; once the first is
+// closed, the id is free again.
+TEST_F(ServeTest, DuplicateLiveRequestIdIsRefusedNotMerged) {
+  auto scheduler = serve_->SchedulerClient();
+  v1::SubmitRequest submit;
+  submit.set_request_id("fe-0123456789abcdef-1");
+  for (int t : {1, 400, 300, 200}) submit.add_prompt_ids(t);
+  submit.set_max_new_tokens(200);
+  grpc::ClientContext first_ctx;
+  auto first = scheduler->Submit(&first_ctx, submit);
+  v1::TokenEvent event;
+  ASSERT_TRUE(first->Read(&event));  // live: it has produced a token
+  {
+    grpc::ClientContext ctx;
+    auto second = scheduler->Submit(&ctx, submit);
+    while (second->Read(&event)) {
+    }
+    const grpc::Status s = second->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_THAT(s.error_message(), HasSubstr("fe-0123456789abcdef-1"));
+  }
+  int tokens = 1;
+  while (first->Read(&event)) tokens += event.token_ids_size();
+  EXPECT_TRUE(first->Finish().ok());
+  EXPECT_EQ(tokens, 200);
+  // Closed: the id may be used again.
+  submit.set_max_new_tokens(3);
+  grpc::ClientContext again_ctx;
+  auto again = scheduler->Submit(&again_ctx, submit);
+  while (again->Read(&event)) {
+  }
+  EXPECT_TRUE(again->Finish().ok());
+}
+
+// Two clients choosing the same request_id at one front end are both served
+// (the scheduler sees the front end's own unique ids) and each gets its id
+// echoed.
+TEST_F(ServeTest, ClientRequestIdsMayRepeat) {
+  v1::GenerateRequest req = RawPrompt("Once upon a time", 40);
+  req.set_request_id("req-1");
+  GenerateResult a, b;
+  std::thread other([&] {
+    auto client = serve_->Client();
+    b = Generate(client.get(), req);
+  });
+  a = Generate(client_.get(), req);
+  other.join();
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_EQ(a.final.request_id(), "req-1");
+  EXPECT_EQ(b.final.request_id(), "req-1");
+  EXPECT_EQ(a.token_ids, b.token_ids);  // greedy
+}
+
+// Sampled requests through the three processes: the same seed gives the
+// same tokens (the draw is a function of seed and position), another seed
+// others.
+TEST_F(ServeTest, SeededSampledRequestsRepeatOtherSeedsDiffer) {
+  v1::GenerateRequest req = RawPrompt("Once upon a time", 40);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(1.0f);
+  req.mutable_sampling()->set_seed(7);
+  const GenerateResult a = Generate(client_.get(), req);
+  const GenerateResult b = Generate(client_.get(), req);
+  req.mutable_sampling()->set_seed(8);
+  const GenerateResult c = Generate(client_.get(), req);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(a.token_ids.size(), 40u);
+  EXPECT_EQ(a.token_ids, b.token_ids);
+  EXPECT_NE(a.token_ids, c.token_ids);
+}
+
 // 64 concurrent streams each get exactly the tokens they get alone.
 TEST_F(ServeTest, SixtyFourConcurrentStreamsMatchSoloRuns) {
   const char* starts[] = {"Once upon a time", "The little dog", "Tom had a",
