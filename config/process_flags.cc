@@ -4,69 +4,18 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "config/flag_rows.h"
 #include "config/process_options.h"
 
 namespace pdserve::config {
 namespace {
 
-constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
-
-absl::Status OutOfRange(const std::string& name, const FlagValue& v,
-                        int64_t lo, int64_t hi) {
-  if (hi == kNoMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " ", v.text, " must be >= ", lo));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", name, " ", v.text, " is outside ", lo, "..", hi));
-}
-
-// Row builders; O is deduced from the member pointer.
-template <typename O>
-Flag<O> Str(std::string name, std::string def, std::string help,
-            std::string O::*field) {
-  return {{std::move(name), FlagType::kString, std::move(def), std::move(help)},
-          [field](const FlagValue& v, O* o) {
-            o->*field = v.text;
-            return absl::OkStatus();
-          }};
-}
-
-template <typename O>
-Flag<O> Int(std::string name, std::string def, std::string help,
-            int64_t O::*field, int64_t lo = 0, int64_t hi = kNoMax) {
-  return {{name, FlagType::kInt, std::move(def), std::move(help)},
-          [field, lo, hi, name](const FlagValue& v, O* o) {
-            if (v.i < lo || v.i > hi) return OutOfRange(name, v, lo, hi);
-            o->*field = v.i;
-            return absl::OkStatus();
-          }};
-}
-
-template <typename O>
-Flag<O> Real(std::string name, std::string def, std::string help,
-             double O::*field, double lo, bool lo_inclusive) {
-  return {{name, FlagType::kDouble, std::move(def), std::move(help)},
-          [field, lo, lo_inclusive, name](const FlagValue& v, O* o) {
-            if (!std::isfinite(v.d) || v.d < lo || (!lo_inclusive && v.d == lo)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, " ", v.text, " must be a number ",
-                               lo_inclusive ? ">= " : "> ", lo));
-            }
-            o->*field = v.d;
-            return absl::OkStatus();
-          }};
-}
-
-template <typename O>
-Flag<O> Bool(std::string name, std::string help, bool O::*field,
-             bool invert = false) {
-  return {{std::move(name), FlagType::kBool, "false", std::move(help)},
-          [field, invert](const FlagValue& v, O* o) {
-            o->*field = v.b != invert;
-            return absl::OkStatus();
-          }};
-}
+using rows::Bool;
+using rows::Int;
+using rows::kNoMax;
+using rows::OutOfRange;
+using rows::Real;
+using rows::Str;
 
 Flag<MetricsOptions> MetricsPortFlag() {
   return {{"metrics-port", FlagType::kInt, "",

@@ -3,7 +3,6 @@
 // interactive conversation (history kept; "/exit" or end of input quits).
 #include <cstdio>
 #include <iostream>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,27 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "pdserve/v1/api.grpc.pb.h"
 #include "proto/rpc_util.h"
-#include "config/cli_args.h"
+#include "config/tool_options.h"
 #include "server/cli/command.h"
 
 namespace pdserve::cli {
 namespace {
 
-const std::vector<FlagSpec>& Flags() {
-  static const auto* flags = new std::vector<FlagSpec>{
-      {"target", true, "front end address (default 127.0.0.1:50051)"},
-      {"max-tokens", true, "most tokens per reply (default: the rest of the capacity)"},
-      {"temperature", true, "sampling temperature (default 0 = greedy)"},
-      {"top-p", true, "nucleus sampling mass"},
-      {"top-k", true, "top-k sampling"},
-      {"seed", true, "sampling seed"},
-      {"system", true, "system message"},
-      {"stop", true, "a stop string"},
-      {"raw", false, "send MESSAGE as a raw prompt (no chat template)"},
-      {"stats", false, "print finish reason, usage and timings on stderr"},
-  };
-  return *flags;
-}
+using config::ChatOptions;
 
 // Streams one reply to stdout; returns it, or the error status.
 grpc::Status Stream(v1::Inference::Stub* stub, const v1::GenerateRequest& req,
@@ -61,69 +46,45 @@ grpc::Status Stream(v1::Inference::Stub* stub, const v1::GenerateRequest& req,
   return reader->Finish();
 }
 
-absl::Status Configure(const CliArgs& args, v1::GenerateRequest* req) {
-  auto max_tokens = args.Int("max-tokens", 0);
-  auto temperature = args.Double("temperature", 0);
-  auto top_p = args.Double("top-p", 0);
-  auto top_k = args.Int("top-k", 0);
-  for (const absl::Status& s : {max_tokens.status(), temperature.status(),
-                                top_p.status(), top_k.status()}) {
-    if (!s.ok()) return s;
-  }
-  // Ranges the server checks against the model come back from it with the
-  // numbers; what would not survive the wire's 32-bit fields is refused here.
-  for (const auto& [name, value] :
-       {std::pair<const char*, int64_t>{"--max-tokens", *max_tokens},
-        std::pair<const char*, int64_t>{"--top-k", *top_k}}) {
-    if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " ", value, " must be in [0, ",
-          std::numeric_limits<int32_t>::max(), "]"));
-    }
-  }
-  req->set_max_tokens(static_cast<int32_t>(*max_tokens));
-  req->mutable_sampling()->set_temperature(static_cast<float>(*temperature));
-  req->mutable_sampling()->set_top_p(static_cast<float>(*top_p));
-  req->mutable_sampling()->set_top_k(static_cast<int32_t>(*top_k));
-  if (args.Has("seed")) {
-    auto seed = args.Int("seed", 0);
-    if (!seed.ok()) return seed.status();
-    req->mutable_sampling()->set_seed(static_cast<uint64_t>(*seed));
-  }
-  if (args.Has("stop")) req->add_stop(args.String("stop", ""));
-  return absl::OkStatus();
+// The request fields every turn shares.
+v1::GenerateRequest BaseRequest(const ChatOptions& o) {
+  v1::GenerateRequest req;
+  req.set_max_tokens(static_cast<int32_t>(o.max_tokens));
+  req.mutable_sampling()->set_temperature(static_cast<float>(o.temperature));
+  req.mutable_sampling()->set_top_p(static_cast<float>(o.top_p));
+  req.mutable_sampling()->set_top_k(static_cast<int32_t>(o.top_k));
+  if (o.seed) req.mutable_sampling()->set_seed(static_cast<uint64_t>(*o.seed));
+  if (!o.stop.empty()) req.add_stop(o.stop);
+  return req;
 }
 
 int RunChat(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv, Flags());
-  if (!args.ok()) {
+  const auto& table = config::ChatFlagTable();
+  auto command =
+      config::ParseCommand(table, argc, argv, config::Layers::Process());
+  if (!command.ok()) {
     std::fprintf(stderr, "pdserve chat: %s\n",
-                 std::string(args.status().message()).c_str());
+                 std::string(command.status().message()).c_str());
     return 2;
   }
-  if (args->help()) {
+  if (command->resolution.help) {
     std::printf("usage: pdserve chat [--target ADDR] [options] [MESSAGE]\n%s",
-                CliArgs::Usage(Flags()).c_str());
+                table.Usage().c_str());
     return 0;
   }
-  v1::GenerateRequest base;
-  if (absl::Status s = Configure(*args, &base); !s.ok()) {
-    std::fprintf(stderr, "pdserve chat: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  auto stub = v1::Inference::NewStub(
-      rpc::MakeChannel(args->String("target", "127.0.0.1:50051")));
-  const bool stats = args->Bool("stats");
+  const ChatOptions& o = command->options;
+  const v1::GenerateRequest base = BaseRequest(o);
+  auto stub = v1::Inference::NewStub(rpc::MakeChannel(o.target));
   std::vector<v1::ChatMessage> history;
-  if (args->Has("system")) {
+  if (!o.system.empty()) {
     v1::ChatMessage m;
     m.set_role("system");
-    m.set_content(args->String("system", ""));
+    m.set_content(o.system);
     history.push_back(m);
   }
   auto ask = [&](const std::string& text) -> grpc::Status {
     v1::GenerateRequest req = base;
-    if (args->Bool("raw")) {
+    if (o.raw) {
       req.set_prompt(text);
     } else {
       v1::ChatMessage user;
@@ -133,13 +94,13 @@ int RunChat(int argc, char** argv) {
       for (const auto& m : history) *req.add_messages() = m;
     }
     std::string reply;
-    grpc::Status s = Stream(stub.get(), req, stats, &reply);
-    if (s.ok() && !args->Bool("raw")) {
+    grpc::Status s = Stream(stub.get(), req, o.stats, &reply);
+    if (s.ok() && !o.raw) {
       v1::ChatMessage a;
       a.set_role("assistant");
       a.set_content(reply);
       history.push_back(a);
-    } else if (!s.ok() && !args->Bool("raw")) {
+    } else if (!s.ok() && !o.raw) {
       history.pop_back();
     }
     if (!s.ok()) {
@@ -151,9 +112,9 @@ int RunChat(int argc, char** argv) {
     }
     return s;
   };
-  if (!args->positional().empty()) {
+  if (!command->resolution.positional.empty()) {
     std::string message;
-    for (const auto& p : args->positional()) {
+    for (const auto& p : command->resolution.positional) {
       absl::StrAppend(&message, message.empty() ? "" : " ", p);
     }
     return ask(message).ok() ? 0 : 1;

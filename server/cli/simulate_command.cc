@@ -8,32 +8,12 @@
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "config/cli_args.h"
+#include "config/tool_options.h"
 #include "scheduler/simulator.h"
 #include "server/cli/command.h"
 
 namespace pdserve::cli {
 namespace {
-
-const std::vector<FlagSpec>& Flags() {
-  static const auto* flags = new std::vector<FlagSpec>{
-      {"trace", true, "trace file: CSV arrival_s,prompt_tokens,output_tokens[,priority] or JSON"},
-      {"budget", true, "per-step token budget (default 512)"},
-      {"chunk", true, "prefill chunk size, 0 = chunking off (default 256)"},
-      {"max-running", true, "most sequences running at once (default 64)"},
-      {"max-queue", true, "waiting queue bound (default 1024)"},
-      {"page-size", true, "KV page size in tokens (default 16)"},
-      {"pages", true, "KV pages in the pool (default 8192)"},
-      {"max-seq-len", true, "sequence capacity in tokens (default 4096)"},
-      {"fixed-ms", true, "step cost: fixed milliseconds (default 2)"},
-      {"prefill-token-ms", true, "step cost: ms per prefill token (default 0.05)"},
-      {"decode-seq-ms", true, "step cost: ms per decoding sequence (default 0.5)"},
-      {"itl-slowdown", true, "adaptive budget as in serve: a step with prefill costs at most X times a decode-only step (default 1.5; 0 = fixed budget)"},
-      {"calibration", true, "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps: fits the cost model"},
-      {"json", false, "print the result as JSON"},
-  };
-  return *flags;
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -54,40 +34,32 @@ int Fail(const absl::Status& s) {
 }
 
 int RunSimulate(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv, Flags());
-  if (!args.ok()) return Fail(args.status());
-  if (args->help() || !args->Has("trace")) {
-    std::fprintf(args->help() ? stdout : stderr,
+  const auto& table = config::SimulateFlagTable();
+  auto command =
+      config::ParseCommand(table, argc, argv, config::Layers::Process());
+  if (!command.ok()) return Fail(command.status());
+  const config::SimulateOptions& o = command->options;
+  if (command->resolution.help || o.trace.empty()) {
+    const bool help = command->resolution.help;
+    std::fprintf(help ? stdout : stderr,
                  "usage: pdserve simulate --trace FILE [options]\n%s",
-                 CliArgs::Usage(Flags()).c_str());
-    return args->help() ? 0 : 2;
+                 table.Usage().c_str());
+    return help ? 0 : 2;
   }
-  auto text = ReadFile(args->String("trace", ""));
+  auto text = ReadFile(o.trace);
   if (!text.ok()) return Fail(text.status());
   auto trace = scheduler::ParseTrace(*text);
   if (!trace.ok()) return Fail(trace.status());
 
   scheduler::PolicyConfig config;
-  scheduler::PoolGeometry pool{16, 8192, 4096};
+  config.step_token_budget = o.budget;
+  config.prefill_chunk = o.chunk;
+  config.max_running = o.max_running;
+  config.max_waiting = o.max_queue;
+  const scheduler::PoolGeometry pool{o.page_size, o.pages, o.max_seq_len};
   scheduler::StepCostModel cost;
-  struct IntFlag { const char* name; int64_t* out; };
-  for (IntFlag f : {IntFlag{"budget", &config.step_token_budget},
-                    IntFlag{"chunk", &config.prefill_chunk},
-                    IntFlag{"max-running", &config.max_running},
-                    IntFlag{"max-queue", &config.max_waiting},
-                    IntFlag{"page-size", &pool.page_size},
-                    IntFlag{"pages", &pool.total_pages},
-                    IntFlag{"max-seq-len", &pool.max_seq_len}}) {
-    auto v = args->Int(f.name, *f.out);
-    if (!v.ok()) return Fail(v.status());
-    if (*v < 0 || (*v == 0 && std::string(f.name) != "chunk")) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrFormat("--%s %d must be > 0", f.name, *v)));
-    }
-    *f.out = *v;
-  }
-  if (args->Has("calibration")) {
-    auto samples_text = ReadFile(args->String("calibration", ""));
+  if (!o.calibration.empty()) {
+    auto samples_text = ReadFile(o.calibration);
     if (!samples_text.ok()) return Fail(samples_text.status());
     auto samples = scheduler::ParseStepSamples(*samples_text);
     if (!samples.ok()) return Fail(samples.status());
@@ -95,23 +67,13 @@ int RunSimulate(int argc, char** argv) {
     if (!fit.ok()) return Fail(fit.status());
     cost = *fit;
   }
-  for (auto [name, out] : {std::pair{"fixed-ms", &cost.fixed_ms},
-                           std::pair{"prefill-token-ms", &cost.prefill_token_ms},
-                           std::pair{"decode-seq-ms", &cost.decode_seq_ms}}) {
-    auto v = args->Double(name, *out);
-    if (!v.ok()) return Fail(v.status());
-    *out = *v;
-  }
+  if (o.fixed_ms) cost.fixed_ms = *o.fixed_ms;
+  if (o.prefill_token_ms) cost.prefill_token_ms = *o.prefill_token_ms;
+  if (o.decode_seq_ms) cost.decode_seq_ms = *o.decode_seq_ms;
 
-  auto slowdown = args->Double("itl-slowdown", 1.5);
-  if (!slowdown.ok()) return Fail(slowdown.status());
-  if (*slowdown < 0) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrFormat("--itl-slowdown %g must be >= 0", *slowdown)));
-  }
   scheduler::SimulationResult r =
-      scheduler::Simulate(*trace, config, pool, cost, *slowdown);
-  if (args->Bool("json")) {
+      scheduler::Simulate(*trace, config, pool, cost, o.itl_slowdown);
+  if (o.json) {
     nlohmann::json j = {
         {"requests", trace->size()}, {"completed", r.completed},
         {"rejected", r.rejected}, {"steps", r.steps},

@@ -1,0 +1,99 @@
+// The flag tables of the local tools; each default is written here once.
+#include <limits>
+
+#include "config/flag_rows.h"
+#include "config/tool_options.h"
+
+namespace pdserve::config {
+namespace {
+
+using rows::Bool;
+using rows::Int;
+using rows::OptionalReal;
+using rows::Real;
+using rows::Str;
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+FlagTable<ChatOptions> MakeChatFlags() {
+  using O = ChatOptions;
+  FlagTable<O> t{"chat", {}};
+  t.flags = {
+      Str("target", "127.0.0.1:50051", "front end address", &O::target),
+      Int("max-tokens", "0",
+          "most tokens per reply (0 = the rest of the capacity)",
+          &O::max_tokens, 0, kInt32Max),
+      Real("temperature", "0", "sampling temperature (0 = greedy)",
+           &O::temperature, 0, true),
+      Real("top-p", "0", "nucleus sampling mass (0 = off)", &O::top_p, 0, true),
+      Int("top-k", "0", "top-k sampling (0 = off)", &O::top_k, 0, kInt32Max),
+      {{"seed", FlagType::kInt, "", "sampling seed (default: unseeded)"},
+       [](const FlagValue& v, O* o) {
+         o->seed = v.i;
+         return absl::OkStatus();
+       }},
+      Str("system", "", "system message", &O::system),
+      Str("stop", "", "a stop string", &O::stop),
+      Bool("raw", "send MESSAGE as a raw prompt (no chat template)", &O::raw),
+      Bool("stats", "print finish reason, usage and timings on stderr",
+           &O::stats),
+  };
+  return t;
+}
+
+FlagTable<SimulateOptions> MakeSimulateFlags() {
+  using O = SimulateOptions;
+  FlagTable<O> t{"simulate", {}};
+  t.flags = {
+      Str("trace", "",
+          "trace file: CSV arrival_s,prompt_tokens,output_tokens[,priority] "
+          "or JSON",
+          &O::trace),
+      Int("budget", "512", "per-step token budget", &O::budget, 1),
+      Int("chunk", "256", "prefill chunk size (0 = chunking off)", &O::chunk,
+          0),
+      Int("max-running", "64", "most sequences running at once",
+          &O::max_running, 1),
+      Int("max-queue", "1024", "waiting queue bound", &O::max_queue, 1),
+      Int("page-size", "16", "KV page size in tokens", &O::page_size, 1),
+      Int("pages", "8192", "KV pages in the pool", &O::pages, 1),
+      Int("max-seq-len", "4096", "sequence capacity in tokens",
+          &O::max_seq_len, 1),
+      OptionalReal("fixed-ms",
+                   "step cost: fixed milliseconds (default 2, or the fit)",
+                   &O::fixed_ms, 0),
+      OptionalReal("prefill-token-ms",
+                   "step cost: ms per prefill token (default 0.05, or the "
+                   "fit)",
+                   &O::prefill_token_ms, 0),
+      OptionalReal("decode-seq-ms",
+                   "step cost: ms per decoding sequence (default 0.5, or the "
+                   "fit)",
+                   &O::decode_seq_ms, 0),
+      Real("itl-slowdown", "1.5",
+           "adaptive budget as in serve: a step with prefill costs at most X "
+           "times a decode-only step (0 = fixed budget)",
+           &O::itl_slowdown, 0, true),
+      Str("calibration", "",
+          "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps: "
+          "fits the cost model",
+          &O::calibration),
+      Bool("json", "print the result as JSON", &O::json),
+  };
+  return t;
+}
+
+}  // namespace
+
+const FlagTable<ChatOptions>& ChatFlagTable() {
+  static const auto* table = new FlagTable<ChatOptions>(MakeChatFlags());
+  return *table;
+}
+
+const FlagTable<SimulateOptions>& SimulateFlagTable() {
+  static const auto* table =
+      new FlagTable<SimulateOptions>(MakeSimulateFlags());
+  return *table;
+}
+
+}  // namespace pdserve::config

@@ -1,0 +1,59 @@
+// The typed options of pdserve's local tools (`chat`, `simulate`) and their
+// flag tables: the same configuration door as the serving processes
+// (flag_table.h: default < config file section "chat"/"simulate" < env
+// PDSERVE_CHAT_* / PDSERVE_SIMULATE_* < flag), so every subcommand parses,
+// types, range-checks and documents its flags one way.
+// Plain value types; the tables are immutable after first use (thread-safe).
+#ifndef PDSERVE_CONFIG_TOOL_OPTIONS_H_
+#define PDSERVE_CONFIG_TOOL_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/flag_table.h"
+
+namespace pdserve::config {
+
+// `pdserve chat [options] [MESSAGE]`. Sampling fields left at 0 are the
+// server's defaults (greedy); ranges that depend on the model are checked by
+// the server, the 32-bit wire limits here.
+struct ChatOptions {
+  std::string target;  // front end host:port
+  int64_t max_tokens = 0;  // 0 = the rest of the capacity
+  double temperature = 0;
+  double top_p = 0;
+  int64_t top_k = 0;
+  std::optional<int64_t> seed;  // none = unseeded; negative wraps to uint64
+  std::string system;           // empty = no system message
+  std::string stop;             // empty = none
+  bool raw = false;             // MESSAGE is a raw prompt (no template)
+  bool stats = false;           // finish reason, usage, timings on stderr
+};
+
+// `pdserve simulate --trace FILE [options]`: the policy, pool and step-cost
+// model of a replay. Cost fields without a value keep the default cost
+// model or, with --calibration, the fitted one.
+struct SimulateOptions {
+  std::string trace;        // required
+  std::string calibration;  // empty = none
+  int64_t budget = 0;       // per-step token budget
+  int64_t chunk = 0;        // prefill chunk, 0 = chunking off
+  int64_t max_running = 0;
+  int64_t max_queue = 0;
+  int64_t page_size = 0;    // tokens
+  int64_t pages = 0;
+  int64_t max_seq_len = 0;  // tokens
+  std::optional<double> fixed_ms;
+  std::optional<double> prefill_token_ms;
+  std::optional<double> decode_seq_ms;
+  double itl_slowdown = 0;  // 0 = fixed budget
+  bool json = false;
+};
+
+const FlagTable<ChatOptions>& ChatFlagTable();
+const FlagTable<SimulateOptions>& SimulateFlagTable();
+
+}  // namespace pdserve::config
+
+#endif  // PDSERVE_CONFIG_TOOL_OPTIONS_H_
