@@ -42,3 +42,14 @@ pdserve_add_test(NAME backend_cli_test LABEL integration
           ${CMAKE_SOURCE_DIR}/tests/common/cli_run.cc)
 target_compile_definitions(backend_cli_test PRIVATE ${_plugin_defs})
 add_dependencies(backend_cli_test pdserve ${_plugins})
+
+# The loader with no plugin anywhere it looks, even in a build that made
+# libpdserve_cuda.so: its own copy of backend_loader.cc (compiled without
+# PDSERVE_BUILD_PLUGIN_DIR; the object given here wins over the archive's)
+# in a folder of its own.
+pdserve_add_test(NAME backend_missing_plugin_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_missing_plugin_test.cc
+          ${CMAKE_SOURCE_DIR}/engine/backend/backend_loader.cc
+  LIBS pdserve_backend)
+set_target_properties(backend_missing_plugin_test PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/no_plugin)

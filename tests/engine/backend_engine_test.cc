@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/thread_pool.h"
+#include "tests/common/env_guard.h"
 #include "tests/engine/engine_core_test_util.h"
 
 namespace pdserve {
@@ -223,24 +224,7 @@ TEST(BackendEngineTest, SeededDeviceSamplingIsReproducible) {
   }
 }
 
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using ::pdserve::testing::EnvGuard;
 
 // A backend whose RunAndSample answers UNIMPLEMENTED gets Run + host
 // sampling for that step: same tokens, host logits present.
