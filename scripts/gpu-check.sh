@@ -13,11 +13,14 @@
 # it, leaving time for the phases after it).
 # Everything is logged under the results folder:
 #   summary.json      test counts, failed tests, bench figures with their
-#                     fractions of peak, GPU name, timings, phase status
+#                     fractions of peak, GPU name/driver/clocks, timings,
+#                     phase status, verdict
 #   configure.log build.log ctest.log junit.xml
 #   gpu_decode_bench.{json,log} gpu_kernels_bench.log nvidia-smi.txt
+#   gpu.txt verdict.txt (scripts/gpu_check_summary.py: its checks)
 # A failing test does not stop the benchmarks; the exit status is non-zero
-# when the build failed or any test or bench failed.
+# unless every phase ran and passed, the gpu tests ran (not all skipped) and
+# every figure is present (scripts/gpu_check_summary.py's verdict).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -55,9 +58,11 @@ run_phase() {
 
 log "results in $OUT"
 { nvidia-smi || echo "nvidia-smi failed"; } >"$OUT/nvidia-smi.txt" 2>&1
-GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)"
-GPU_DRIVER="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
-log "GPU: ${GPU_NAME:-none} driver ${GPU_DRIVER:-?}"
+# Name, driver and clocks (now and max) for summary.json: the fields, in
+# order, of GPU_FIELDS in scripts/gpu_check_summary.py.
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit \
+  --format=csv,noheader 2>/dev/null | head -1 >"$OUT/gpu.txt" || true
+log "GPU: $(cat "$OUT/gpu.txt" 2>/dev/null || echo none)"
 git -C "$ROOT" rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || echo unknown >"$OUT/commit.txt"
 
 BENCHES=(gpu_decode_bench gpu_kernels_bench)
@@ -109,102 +114,11 @@ fi
 
 ELAPSED=$(($(date +%s) - START))
 log "writing summary ($ELAPSED s)"
-GPU_NAME="$GPU_NAME" GPU_DRIVER="$GPU_DRIVER" ELAPSED="$ELAPSED" OUT="$OUT" \
-  python3 - <<'PY' || log "summary writer failed"
-import json, os, xml.etree.ElementTree as ET
-out = os.environ["OUT"]
-def load(name):
-    try:
-        with open(os.path.join(out, name)) as f:
-            text = f.read().strip()
-        # A bench may print log lines before its JSON object.
-        return json.loads(text[text.index("{"):]) if text else None
-    except Exception as e:  # missing or malformed
-        return {"error": str(e)}
-def load_lines(name):
-    rows = []
-    try:
-        with open(os.path.join(out, name)) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError as e:
-        return {"error": str(e)}
-    return rows
-phases = {}
-with open(os.path.join(out, "phases.txt")) as f:
-    for line in f:
-        if "=" in line:
-            k, v = line.strip().split("=", 1)
-            phases[k] = v
-tests = {"total": 0, "passed": 0, "failed": 0, "skipped": 0, "failed_names": []}
-try:
-    root = ET.parse(os.path.join(out, "junit.xml")).getroot()
-    for case in root.iter("testcase"):
-        tests["total"] += 1
-        status = case.get("status", "")
-        if case.find("failure") is not None or case.find("error") is not None \
-                or status == "fail":
-            tests["failed"] += 1
-            tests["failed_names"].append(case.get("name"))
-        elif case.find("skipped") is not None or status in ("notrun", "disabled"):
-            tests["skipped"] += 1
-        else:
-            tests["passed"] += 1
-except Exception as e:
-    tests["error"] = str(e)
-decode = load("gpu_decode_bench.json")
-figures = []
-if isinstance(decode, dict):
-    for d in decode.get("decode", []) or []:
-        figures.append({"name": f"decode batch {d['batch']} (context {d['context']})",
-                        "value": d["hbm_tbps"], "unit": "TB/s HBM",
-                        "fraction_of_peak": d["hbm_fraction"],
-                        "peak": f"{decode.get('hbm_peak_tbps')} TB/s",
-                        "step_ms": d["step_ms"], "tokens_per_s": d["tokens_per_s"],
-                        "goal": 0.8 if d["batch"] == 1 else None})
-    p = decode.get("prefill")
-    if p:
-        figures.append({"name": f"prefill {p['tokens']} tokens", "value": p["tflops"],
-                        "unit": "TFLOP/s", "fraction_of_peak": p["peak_fraction"],
-                        "peak": f"{decode.get('bf16_peak_tflops')} TFLOP/s dense bf16",
-                        "ms": p["ms"], "goal": 0.5})
-kernels = load_lines("gpu_kernels_bench.log")
-if isinstance(kernels, list):
-    for row in kernels:
-        for key, val in row.items():
-            if key.startswith("frac") and isinstance(val, (int, float)):
-                label = ", ".join(f"{k} {v}" for k, v in row.items()
-                                  if not isinstance(v, float) and k != "bench")
-                figures.append({"name": f"kernel {row.get('bench')} ({label})",
-                                "fraction_of_peak": val, "peak": key,
-                                "value": val, "unit": "fraction"})
-summary = {
-    "gpu": os.environ.get("GPU_NAME") or None,
-    "driver": os.environ.get("GPU_DRIVER") or None,
-    "commit": open(os.path.join(out, "commit.txt")).read().strip(),
-    "elapsed_s": int(os.environ["ELAPSED"]),
-    "phases": phases,
-    "tests": tests,
-    "figures": figures,
-    "gpu_decode_bench": decode,
-    "gpu_kernels_bench": kernels,
-}
-with open(os.path.join(out, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
-print(json.dumps({k: summary[k] for k in ("gpu", "elapsed_s", "phases", "tests")}, indent=2))
-for fig in figures:
-    print(f"{fig['name']}: {fig['value']:.3f} {fig['unit']} = "
-          f"{100 * fig['fraction_of_peak']:.1f}% of {fig['peak']}")
-PY
-
+SUMMARY_ARGS=(--elapsed "$ELAPSED")
+[[ "${GPU_CHECK_SKIP_BUILD:-0}" == 1 ]] && SUMMARY_ARGS+=(--skip-build)
 FAILED=0
-while IFS='=' read -r k v; do
-  case "$v" in 0|missing|skipped) ;; *) FAILED=1 ;; esac
-done <"$STATUS_FILE"
+python3 "$ROOT/scripts/gpu_check_summary.py" "$OUT" "${SUMMARY_ARGS[@]}" \
+  2>&1 | tee "$OUT/verdict.txt" || FAILED=1
+
 log "done in $(($(date +%s) - START))s; summary: $OUT/summary.json"
 exit "$FAILED"
