@@ -17,10 +17,11 @@ absl::Status CheckPeak(double bytes_per_second, const std::string& source) {
         "peak memory bandwidth is %g bytes/s, must be finite and >= 0",
         bytes_per_second));
   }
-  if (source != "configured" && source != "probe") {
+  if (source != "configured" && source != "probe" &&
+      source != "device_probe") {
     return absl::InvalidArgumentError(
         absl::StrCat("peak bandwidth source is '", source,
-                     "', must be 'configured' or 'probe'"));
+                     "', must be 'configured', 'probe' or 'device_probe'"));
   }
   return absl::OkStatus();
 }
@@ -183,6 +184,11 @@ absl::Status EngineMetrics::SetPeakBandwidth(double bytes_per_second,
   peak_gauge_->Set(bytes_per_second);
   peak_bandwidth_ = bytes_per_second;
   return absl::OkStatus();
+}
+
+double EngineMetrics::bandwidth_utilization_ratio() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bandwidth_ratio_->Value();
 }
 
 double EngineMetrics::peak_bandwidth_bytes_per_second() const {

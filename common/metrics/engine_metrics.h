@@ -31,7 +31,8 @@ struct EngineMetricsOptions {
   // pdserve_engine_memory_bandwidth_utilization_ratio. 0 = unknown (the ratio
   // stays 0). Set it from configuration or from MeasureHostCopyBandwidth().
   double peak_bandwidth_bytes_per_second = 0.0;
-  // `source` label of the peak: "configured" or "probe".
+  // `source` label of the peak: "configured", "probe" (host copy probe) or
+  // "device_probe" (the backend's device read sweep).
   std::string peak_bandwidth_source = "configured";
   // Device peak FLOP/s, exported as is (0 = not configured).
   double peak_flop_per_second = 0.0;
@@ -65,6 +66,9 @@ class EngineMetrics {
                                 const std::string& source);
 
   double peak_bandwidth_bytes_per_second() const;
+  // The last step's bandwidth / the peak (the exported ratio; 0 before any
+  // step or without a peak).
+  double bandwidth_utilization_ratio() const;
 
  private:
   struct PerKind {

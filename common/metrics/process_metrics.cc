@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/metrics/bandwidth_probe.h"
 
 namespace pdserve::metrics {
@@ -25,7 +26,18 @@ absl::StatusOr<EngineMetricsHandle> StartEngineMetrics(
   options.model_name = flags.model_name;
   options.peak_bandwidth_bytes_per_second = flags.peak_memory_bandwidth;
   options.peak_bandwidth_source = "configured";
-  if (flags.peak_memory_bandwidth <= 0.0) {
+  if (flags.peak_memory_bandwidth <= 0.0 && flags.device_probe) {
+    absl::StatusOr<double> measured = flags.device_probe();
+    if (!measured.ok()) {
+      return absl::Status(
+          measured.status().code(),
+          absl::StrCat("measuring the device's read bandwidth (or set "
+                       "--peak-memory-bandwidth): ",
+                       measured.status().message()));
+    }
+    options.peak_bandwidth_bytes_per_second = *measured;
+    options.peak_bandwidth_source = "device_probe";
+  } else if (flags.peak_memory_bandwidth <= 0.0) {
     CopyProbeOptions probe;
     probe.threads = flags.probe_threads < 1 ? 1 : flags.probe_threads;
     probe.buffer_bytes = flags.probe_buffer_bytes;

@@ -40,6 +40,7 @@
 #ifndef PDSERVE_COMMON_METRICS_PROCESS_METRICS_H_
 #define PDSERVE_COMMON_METRICS_PROCESS_METRICS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,11 @@ struct ProcessMetricsFlags {
   int probe_threads = 1;
   // Engine only: copy probe buffer in bytes; 0 = CopyProbeBufferBytes(LLC).
   int64_t probe_buffer_bytes = 0;
+  // Engine only: the device's own read-bandwidth probe (bytes/s), set for an
+  // engine whose KV and weights live in device memory (CUDA). When set and
+  // peak_memory_bandwidth is 0 it gives the peak (source "device_probe")
+  // instead of the host copy probe; its error fails StartEngineMetrics.
+  std::function<absl::StatusOr<double>()> device_probe;
 };
 
 struct EngineMetricsHandle {

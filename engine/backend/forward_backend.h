@@ -74,6 +74,16 @@ class ForwardBackend {
       absl::Span<SampledToken> tokens, ForwardStats *stats) {
     return absl::UnimplementedError("device sampling not supported");
   }
+
+  // Optional: the device memory's read bandwidth in bytes/s, measured now
+  // (a read sweep of buffer_bytes, 0 = the backend's choice, larger than its
+  // caches), the peak the engine's bandwidth utilisation is measured
+  // against. UNIMPLEMENTED for backends without device memory of their own
+  // (the CPU: the engine then probes host memory).
+  virtual absl::StatusOr<double> MeasureReadBandwidth(int64_t buffer_bytes) {
+    return absl::UnimplementedError(
+        "this backend has no device memory probe");
+  }
 };
 
 }  // namespace pdserve

@@ -43,7 +43,7 @@
 
 // Bump on any change of the structs or functions below, or of the meaning of
 // the C++ types they carry (ForwardBackend's virtual functions included).
-#define PDSERVE_PLUGIN_ABI_VERSION 1
+#define PDSERVE_PLUGIN_ABI_VERSION 2  // 2: ForwardBackend::MeasureReadBandwidth
 #define PDSERVE_PLUGIN_ENTRY_SYMBOL "pdserve_backend_plugin"
 #define PDSERVE_PLUGIN_EXPORT __attribute__((visibility("default")))
 

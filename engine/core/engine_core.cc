@@ -143,6 +143,9 @@ class EngineCore::Impl {
   const ModelConfig& config() const { return weights_->config; }
   const DeviceSpec& device() const { return options_.device; }
   const std::string& description() const { return description_; }
+  absl::StatusOr<double> MeasureReadBandwidth(int64_t buffer_bytes) {
+    return backend_->MeasureReadBandwidth(buffer_bytes);
+  }
 
  private:
   // Runs the staged spans: RunAndSample when *on_device, else Run into
@@ -743,6 +746,10 @@ int64_t EngineCore::ResidentBytes() const { return impl_->ResidentBytes(); }
 const ModelConfig& EngineCore::model_config() const { return impl_->config(); }
 const DeviceSpec& EngineCore::device() const { return impl_->device(); }
 std::string EngineCore::Describe() const { return impl_->description(); }
+absl::StatusOr<double> EngineCore::MeasureDeviceReadBandwidth(
+    int64_t buffer_bytes) {
+  return impl_->MeasureReadBandwidth(buffer_bytes);
+}
 absl::Span<const float> EngineCore::LastLogits(SequenceId id) const {
   return impl_->LastLogits(id);
 }

@@ -236,6 +236,10 @@ class EngineCore {
   // ("cpu", "cuda:0 NVIDIA H200 (sm_90)").
   const DeviceSpec& device() const;
   std::string Describe() const;
+  // The backend's device memory read bandwidth in bytes/s, measured now
+  // (ForwardBackend::MeasureReadBandwidth; buffer_bytes 0 = its choice).
+  // UNIMPLEMENTED on the CPU. Not while Step runs: call before serving.
+  absl::StatusOr<double> MeasureDeviceReadBandwidth(int64_t buffer_bytes);
 
   // The logits row (vocab_size floats) the last Step computed for `id`: for
   // the last token of its span, the row its new token (if any) was sampled

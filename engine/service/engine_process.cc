@@ -64,14 +64,20 @@ absl::StatusOr<KvMemoryBudget> ParseKvMemory(const std::string& text) {
 }
 
 // Starts the engine's /metrics endpoint and metric set when --metrics-port is
-// given (the copy probe runs first unless --peak-memory-bandwidth is set);
-// nullopt when it is not. Errors: the port, the probe.
+// given; nullopt when it is not. Unless --peak-memory-bandwidth is set, the
+// peak is measured first: on a device the backend's own read probe, on the
+// CPU the host copy probe. Errors: the port, the probe.
 absl::StatusOr<std::optional<metrics::EngineMetricsHandle>> StartMetrics(
     const config::EngineProcessOptions& options, const std::string& model_name,
-    int threads) {
+    int threads, EngineCore* core) {
   auto flags = metrics::MetricsFlagsFromOptions(options.metrics, options.host,
                                                 model_name, threads);
   if (!flags.has_value()) return std::nullopt;
+  if (!core->device().is_cpu()) {
+    flags->device_probe = [core] {
+      return core->MeasureDeviceReadBandwidth(/*buffer_bytes=*/0);
+    };
+  }
   auto handle = metrics::StartEngineMetrics(*flags);
   if (!handle.ok()) return handle.status();
   std::printf("pdserve engine: metrics %s (peak memory bandwidth %.3g B/s)\n",
@@ -165,7 +171,7 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   auto server =
       rpc::StartServer(flags.host, flags.port, {&service});
   if (!server.ok()) return Fail("starting the server", server.status());
-  auto metrics = StartMetrics(flags, name, pool.num_threads());
+  auto metrics = StartMetrics(flags, name, pool.num_threads(), core->get());
   if (!metrics.ok()) return Fail("metrics", metrics.status());
   if (metrics->has_value()) {
     service.AttachMetrics((*metrics)->metrics.get());

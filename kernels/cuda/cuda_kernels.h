@@ -348,6 +348,19 @@ cudaError_t SampleRows(const float* logits, int64_t rows, int64_t vocab,
                        int64_t stride, const SampleParams* params,
                        int32_t* tokens, float* logprobs, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------
+// Memory probe
+// ---------------------------------------------------------------------------
+
+// Reads every byte of buf[0, bytes) once (16-byte loads that do not stay in
+// L2) and adds the sum of its little-endian 32-bit words to *sum (a device
+// uint64; the caller zeroes it), so the sweep cannot be optimised away and a
+// caller can check that all of it was read. buf 16-byte aligned, bytes a
+// positive multiple of 16. The read kernel of the device bandwidth probe
+// (kernels/cuda/plugin/read_probe.h).
+cudaError_t ReadSweep(const void* buf, int64_t bytes, unsigned long long* sum,
+                      cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace pdserve
 

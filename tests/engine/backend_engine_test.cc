@@ -276,6 +276,30 @@ TEST(BackendEngineTest, NoDeviceFailsCreateWithTheDriverText) {
               HasSubstr("no CUDA-capable device is detected"));
 }
 
+// The peak a device engine's bandwidth utilisation is measured against is
+// the device's own read probe (the plugin's), never the host's; the CPU
+// backend has none.
+TEST(BackendEngineTest, DeviceReadBandwidthComesFromThePlugin) {
+  std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(28);
+  ThreadPool threads(1);
+  auto device = EngineCore::Create(w, &threads, Options(kCuda0));
+  ASSERT_TRUE(device.ok()) << device.status();
+  absl::StatusOr<double> bw = (*device)->MeasureDeviceReadBandwidth(0);
+  ASSERT_TRUE(bw.ok()) << bw.status();
+  EXPECT_EQ(*bw, 3.25e12);  // backend_test_plugin.cc kTestPluginReadBandwidth
+  {
+    EnvGuard off("PDSERVE_TEST_PLUGIN_NO_PROBE", "1");
+    absl::StatusOr<double> failed =
+        (*device)->MeasureDeviceReadBandwidth(int64_t{1} << 20);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_THAT(failed.status().message(), HasSubstr("probe of 1048576 bytes"));
+  }
+  auto cpu = EngineCore::Create(w, &threads, Options(DeviceSpec{}));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->MeasureDeviceReadBandwidth(0).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 TEST(BackendEngineTest, MissingPluginFailsCreate) {
   std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(26);
   ThreadPool threads(1);

@@ -37,6 +37,8 @@ namespace {
 // taken of free_bytes).
 constexpr int64_t kFreeBytes = int64_t{64} << 20;
 constexpr int64_t kTotalBytes = int64_t{128} << 20;
+// What its MeasureReadBandwidth reports (tests expect this number).
+constexpr double kTestPluginReadBandwidth = 3.25e12;
 constexpr char kNoDevice[] =
     "cudaGetDeviceCount: no CUDA-capable device is detected "
     "(cudaErrorNoDevice, simulated by the test plugin)";
@@ -72,6 +74,16 @@ class TestPluginBackend : public ForwardBackend {
     return cpu_->Run(batch, logits, stats);
   }
   bool SamplesOnDevice() const override { return true; }
+  // A "device" of kTestPluginReadBandwidth bytes/s, or the probe failing
+  // with PDSERVE_TEST_PLUGIN_NO_PROBE=1; a buffer size is echoed in the
+  // error so tests see it was passed through.
+  absl::StatusOr<double> MeasureReadBandwidth(int64_t buffer_bytes) override {
+    if (EnvIs1("PDSERVE_TEST_PLUGIN_NO_PROBE")) {
+      return absl::InternalError(absl::StrCat(
+          "test plugin: probe of ", buffer_bytes, " bytes switched off"));
+    }
+    return kTestPluginReadBandwidth;
+  }
   absl::Status RunAndSample(absl::Span<const SequenceSpan> batch,
                             absl::Span<const DeviceSamplingParams> params,
                             absl::Span<SampledToken> tokens,

@@ -85,6 +85,8 @@ pdserve_add_emu_test(TEST kernels_sampling_test
   LIBS pdserve_model pdserve_kv pdserve_kernels)
 pdserve_add_emu_test(TEST model_cuda_tiny_test
   LIBS pdserve_model pdserve_loader pdserve_kv pdserve_kernels)
+pdserve_add_emu_test(TEST read_probe_test
+  LIBS pdserve_model pdserve_loader pdserve_kv pdserve_kernels pdserve_metrics)
 # stories260K only: SmolLM2 Q4_1 takes ~16 min emulated.
 pdserve_add_emu_test(TEST model_cuda_test FILTER -CudaModelTest.SmolLm2*
   LIBS pdserve_model pdserve_loader pdserve_kv pdserve_kernels)

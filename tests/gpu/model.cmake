@@ -19,3 +19,7 @@ pdserve_add_test(NAME model_engine_test LABEL gpu
   LIBS pdserve_cuda_runner pdserve_engine_core pdserve_model pdserve_loader)
 add_dependencies(model_engine_test pdserve_cuda)
 add_dependencies(model_plugin_test pdserve_cuda)
+pdserve_add_test(NAME read_probe_test LABEL gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/read_probe_test.cc
+  LIBS pdserve_cuda_runner pdserve_model pdserve_loader pdserve_kv
+       pdserve_metrics)

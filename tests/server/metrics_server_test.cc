@@ -262,6 +262,53 @@ TEST_F(MetricsServerTest, ProbedPeakReplacesConfigured) {
                    0.2);
 }
 
+// A device engine's peak comes from its device probe (source
+// "device_probe"), not the host copy probe, and the utilisation ratio is
+// computed against it; a configured peak wins; a failing probe fails start.
+TEST(EngineMetricsStartTest, DevicePeakComesFromTheDeviceProbe) {
+  ProcessMetricsFlags flags;
+  int probes = 0;
+  flags.device_probe = [&probes]() -> absl::StatusOr<double> {
+    ++probes;
+    return 4e12;
+  };
+  auto handle = StartEngineMetrics(flags);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  EXPECT_EQ(probes, 1);
+  EXPECT_EQ(handle->metrics->peak_bandwidth_bytes_per_second(), 4e12);
+  // A decode step moving 6e10 bytes in 0.02 s: 3e12 B/s, 0.75 of the peak.
+  ASSERT_TRUE(handle->metrics
+                  ->RecordStep(Step(StepKind::kDecode, 0.02, 0, 1, 1,
+                                    60'000'000'000, 0, 0, 0))
+                  .ok());
+  handle->server->SetReady(true);
+  const auto m = ParseSamples(HttpGet(handle->server->port(), "/metrics"));
+  EXPECT_EQ(m.at("pdserve_engine_peak_memory_bandwidth_bytes_per_second{"
+                 "source=\"device_probe\"}"),
+            4e12);
+  EXPECT_EQ(m.count("pdserve_engine_peak_memory_bandwidth_bytes_per_second{"
+                    "source=\"probe\"}"),
+            0u);
+  EXPECT_DOUBLE_EQ(m.at("pdserve_engine_memory_bandwidth_utilization_ratio"),
+                   0.75);
+
+  flags.peak_memory_bandwidth = 5e12;
+  auto configured = StartEngineMetrics(flags);
+  ASSERT_TRUE(configured.ok()) << configured.status();
+  EXPECT_EQ(probes, 1);
+  EXPECT_EQ(configured->metrics->peak_bandwidth_bytes_per_second(), 5e12);
+
+  flags.peak_memory_bandwidth = 0;
+  flags.device_probe = []() -> absl::StatusOr<double> {
+    return absl::ResourceExhaustedError("cannot allocate 268435456 bytes");
+  };
+  auto failed = StartEngineMetrics(flags);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("--peak-memory-bandwidth): cannot allocate 268435456"));
+}
+
 TEST_F(MetricsServerTest, SchedulerQueueAndEvents) {
   ASSERT_NO_FATAL_FAILURE(StartServer("scheduler"));
   auto sched = SchedulerMetrics::Create(

@@ -94,6 +94,8 @@ class CudaRunner final : public ForwardBackend {
                             absl::Span<const DeviceSamplingParams> params,
                             absl::Span<SampledToken> tokens,
                             ForwardStats *stats) override;
+  // The device read probe (read_probe.h) on this runner's device.
+  absl::StatusOr<double> MeasureReadBandwidth(int64_t buffer_bytes) override;
 
  private:
   enum class AttnKind { kDecode, kPrefill, kFallback, kGemm };

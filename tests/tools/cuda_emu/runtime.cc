@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,8 @@ struct Stream {
 struct Event {
   bool recorded = false;
   Graph* captured_in = nullptr;
+  // When it was recorded: work before it has run (launches run at once).
+  std::chrono::steady_clock::time_point at;
 };
 
 namespace {
@@ -363,6 +366,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->maxGridSize[1] = p->maxGridSize[2] = 65535;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
   p->maxThreadsDim[2] = 64;
+  p->l2CacheSize = 50 * 1024 * 1024;
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
@@ -420,6 +424,9 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
       break;
     case cudaDevAttrWarpSize:
       *v = 32;
+      break;
+    case cudaDevAttrL2CacheSize:
+      *v = 50 * 1024 * 1024;  // H200: 50 MiB
       break;
     default:
       *v = 0;
@@ -490,6 +497,18 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (st == nullptr) CaptureUnsafe("cudaEventRecord on the legacy stream");
   ev->recorded = true;
   ev->captured_in = nullptr;
+  ev->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  auto* a = reinterpret_cast<emu::Event*>(start);
+  auto* b = reinterpret_cast<emu::Event*>(end);
+  if (a == nullptr || b == nullptr || ms == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
