@@ -59,14 +59,20 @@ inline absl::Status ValidateSpans(absl::Span<const SequenceSpan> batch,
           "but the span has no linear_state (", c.linear_state_floats(),
           " floats)"));
     }
-    const int64_t end = s.start_pos + s.size();
-    if (end > lim.max_positions) {
+    // Compared without forming start_pos + size, which overflows for a
+    // start_pos near INT64_MAX (found by fuzzing the step decoder).
+    if (s.start_pos > lim.max_positions - s.size()) {
+      const bool overflows = s.start_pos > INT64_MAX - s.size();
       return absl::InvalidArgumentError(absl::StrCat(
-          "span ", i, " reaches position ", end, " but at most ",
+          "span ", i, " reaches position ",
+          overflows ? absl::StrCat(s.start_pos, " + ", s.size())
+                    : absl::StrCat(s.start_pos + s.size()),
+          " but at most ",
           lim.max_positions, " positions are supported (model context ",
           c.max_context, ", KV storage ", lim.num_pages * lim.page_size,
           " tokens)"));
     }
+    const int64_t end = s.start_pos + s.size();
     const int64_t pages = (end + lim.page_size - 1) / lim.page_size;
     if (static_cast<int64_t>(s.page_table.size()) < pages) {
       return absl::InvalidArgumentError(

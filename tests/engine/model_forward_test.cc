@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -270,6 +271,13 @@ TEST(ForwardTest, ValidationNamesTheNumbers) {
   too_far.page_table = {};
   s = run({too_far});
   EXPECT_THAT(s.message(), HasSubstr("reaches position 513 but at most 256"));
+
+  // start_pos + size would overflow int64: refused, not wrapped.
+  too_far.start_pos = std::numeric_limits<int64_t>::max() - 1;
+  s = run({too_far});
+  EXPECT_THAT(s.message(),
+              HasSubstr("reaches position 9223372036854775806 + 3 but at most "
+                        "256"));
 
   KvStorage wrong(3, 16, 4, 4);
   ThreadPool pool(1);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,17 @@ class Renderer {
   Renderer(const ParsedTemplate& t, const ValueDict& globals,
            const RenderOptions& options)
       : t_(t), globals_(globals), options_(options) {}
+  // A namespace can hold itself (`{% set ns.me = ns %}`), directly or through
+  // a list or dict; such a cycle of shared_ptrs would outlive the render.
+  // Every cycle passes through a namespace (the only mutable value), so
+  // clearing the namespaces this render made frees them all.
+  ~Renderer() {
+    for (const std::weak_ptr<ValueDict>& weak : namespaces_) {
+      if (std::shared_ptr<ValueDict> dict = weak.lock()) dict->Clear();
+    }
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   absl::Status Run(std::string* out) {
     Frame root;
@@ -108,6 +120,7 @@ class Renderer {
   std::string* out_ = nullptr;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
+  std::vector<std::weak_ptr<ValueDict>> namespaces_;  // made by namespace()
 };
 
 absl::StatusOr<Renderer::Flow> Renderer::Exec(const Body& body) {
@@ -411,7 +424,10 @@ absl::StatusOr<Value> Renderer::CallGlobal(const Expr& e) {
       for (const auto& [k, v] : p.as_dict().items()) d.Set(k, v);
     }
     for (const auto& [k, v] : args.kwargs) d.Set(k, v);
-    return e.name == "dict" ? Value::Dict(std::move(d)) : Value::Namespace(std::move(d));
+    if (e.name == "dict") return Value::Dict(std::move(d));
+    Value ns = Value::Namespace(std::move(d));
+    namespaces_.push_back(ns.namespace_weak());
+    return ns;
   }
   if (e.name == "range") {
     PDSERVE_ASSIGN_OR_RETURN(auto a, BindArgs("range", args, {"a", "b", "step"}));

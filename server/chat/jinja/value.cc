@@ -28,6 +28,14 @@ void ValueDict::Set(std::string key, Value value) {
   items_.emplace_back(std::move(key), std::move(value));
 }
 
+void ValueDict::Clear() {
+  // Moved out first: destroying an item may free other dicts, never this one
+  // (the caller holds it), but items_ must be consistent while that runs.
+  std::vector<std::pair<std::string, Value>> doomed = std::move(items_);
+  items_.clear();
+  index_.clear();
+}
+
 Value Value::Undefined(std::string hint) {
   return Value(UndefinedValue{std::move(hint)});
 }

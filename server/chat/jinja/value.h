@@ -37,6 +37,9 @@ class ValueDict {
   const Value* Find(absl::string_view key) const;
   // Inserts, or overwrites in place keeping the key's position.
   void Set(std::string key, Value value);
+  // Drops every item (depth is kept). Used to break reference cycles through
+  // namespaces when a render ends.
+  void Clear();
   const std::vector<std::pair<std::string, Value>>& items() const {
     return items_;
   }
@@ -113,6 +116,10 @@ class Value {
   const ValueDict& as_dict() const { return *std::get<DictPtr>(v_); }
   ValueDict& namespace_dict() const {
     return *std::get<NamespaceRef>(v_).dict;
+  }
+  // A non-owning handle on a namespace's dict (for its creator to clear it).
+  std::weak_ptr<ValueDict> namespace_weak() const {
+    return std::get<NamespaceRef>(v_).dict;
   }
   // Null for built-in functions.
   const MacroDef* as_macro() const { return std::get<MacroRef>(v_).def; }
