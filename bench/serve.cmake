@@ -7,3 +7,13 @@ target_compile_definitions(serve_bench PRIVATE
   PDSERVE_SHARED_DIR="${PDSERVE_SHARED_DIR}"
   PDSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")
 add_dependencies(serve_bench pdserve)
+
+# What a crash costs a stream: stalls p50/p99 when the engine or the
+# scheduler is killed under 64 streams, tokens recomputed. Prints JSON.
+add_executable(recovery_bench ${CMAKE_CURRENT_LIST_DIR}/recovery_bench.cc)
+target_link_libraries(recovery_bench PRIVATE pdserve_serve_harness
+  pdserve_bench_flags nlohmann_json::nlohmann_json absl::strings)
+target_compile_definitions(recovery_bench PRIVATE
+  PDSERVE_SHARED_DIR="${PDSERVE_SHARED_DIR}"
+  PDSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")
+add_dependencies(recovery_bench pdserve)

@@ -132,6 +132,11 @@ FlagTable<SchedulerProcessOptions> MakeSchedulerFlags() {
            "seconds to wait for one step's result before treating the engine "
            "as hung",
            &O::step_timeout_s, 0, false),
+      Real("engine-recovery-seconds", "30",
+           "when the engine is lost, keep its requests this long waiting for "
+           "it (or its restart) and resume each by recomputing prompt + "
+           "tokens so far; 0 = end them UNAVAILABLE at once",
+           &O::engine_recovery_s, 0, true),
       Int("pipeline-depth", "2",
           "steps written to the engine ahead of their results (2: the next "
           "step waits at the engine while one runs; 1 = none)",
@@ -183,6 +188,11 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           &O::api_key_file),
       Int("drain-seconds", "30", "on SIGTERM, how long open streams may finish",
           &O::drain_seconds, 0),
+      Real("scheduler-recovery-seconds", "30",
+           "when a stream's scheduler call breaks (the scheduler died), keep "
+           "resubmitting it with the tokens so far this long; 0 = end it "
+           "UNAVAILABLE at once",
+           &O::scheduler_recovery_s, 0, true),
       Str("tool-call-parser", "",
           "tool-call format of the model's replies: hermes, qwen3_coder, "
           "llama3_json or none (default: from the chat template)",

@@ -60,6 +60,7 @@ struct SchedulerProcessOptions {
   int64_t max_queue = 0;
   double itl_slowdown = 0;  // 0 = fixed budget
   double step_timeout_s = 0;
+  double engine_recovery_s = 0;  // 0 = a lost engine fails its requests
   int64_t pipeline_depth = 0;
   std::string step_log;  // empty = none
   std::string name;      // empty = "pdserve"
@@ -81,6 +82,7 @@ struct FrontendProcessOptions {
   std::string api_key;       // comma-separated; empty = none required
   std::string api_key_file;  // one key a line; empty = none
   int64_t drain_seconds = 0;
+  double scheduler_recovery_s = 0;  // 0 = a broken call fails its stream
   std::string tool_call_parser;   // empty = from the chat template
   std::string reasoning_parser;   // empty = from the chat template
   int64_t grammar_compile_timeout_ms = 0;  // longest a constraint compiles

@@ -11,9 +11,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pdserve::rpc {
+
+// Trailing-metadata key a server puts on every status it ends a call with
+// itself (value: the process, e.g. "scheduler"). A failed call without it
+// broke in transport: the peer died or was unreachable.
+inline constexpr absl::string_view kOriginKey = "pdserve-origin";
 
 // Same code, same message.
 grpc::Status ToGrpc(const absl::Status& status);

@@ -50,7 +50,7 @@ absl::Status Policy::Submit(const RequestSpec& request) {
         "prompt of %d tokens needs %d KV pages of %d tokens; the pool has %d",
         request.prompt_len, need, pool_.page_size, pool_.total_pages));
   }
-  if (waiting() >= config_.max_waiting) {
+  if (!request.resumed && waiting() >= config_.max_waiting) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("queue full: %d requests waiting (bound %d)", waiting(),
                         config_.max_waiting));

@@ -79,6 +79,9 @@ struct RequestSpec {
   // The prompt's tokens, for the prefix lookup; empty = unknown (no lookup).
   // When given, prompt_len of them.
   std::vector<int32_t> prompt_tokens;
+  // A request resumed after its engine was lost: it held its place before,
+  // so the max_waiting bound does not refuse it.
+  bool resumed = false;
 };
 
 // One sequence's share of a step.

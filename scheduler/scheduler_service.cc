@@ -80,8 +80,12 @@ class SubmitStream : public EventSink {
 
 class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
  public:
-  Reactor(SchedulerShell* shell, const v1::SubmitRequest& req)
+  Reactor(grpc::CallbackServerContext* ctx, SchedulerShell* shell,
+          const v1::SubmitRequest& req)
       : shell_(shell), stream_(std::make_shared<SubmitStream>()) {
+    // Marks every status this scheduler ends the call with, so the front
+    // end tells them from a transport failure (a dead scheduler).
+    ctx->AddTrailingMetadata(std::string(rpc::kOriginKey), "scheduler");
     stream_->Attach(this);
     handle_ = shell_->Submit(req, stream_);
   }
@@ -102,8 +106,8 @@ class SubmitStream::Reactor : public grpc::ServerWriteReactor<v1::TokenEvent> {
 }  // namespace
 
 grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
-    grpc::CallbackServerContext*, const v1::SubmitRequest* req) {
-  return new SubmitStream::Reactor(shell_, *req);
+    grpc::CallbackServerContext* ctx, const v1::SubmitRequest* req) {
+  return new SubmitStream::Reactor(ctx, shell_, *req);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
@@ -118,6 +122,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
   resp->set_max_seq_len(s.max_seq_len);
   resp->set_vocab_size(s.vocab_size);
   resp->set_model(s.model);
+  resp->set_engine_losses(s.engine_losses);
+  resp->set_resumed_requests(s.resumed);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -130,6 +136,8 @@ int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
   options.itl_slowdown = flags.itl_slowdown;
   options.step_deadline = std::chrono::milliseconds(
       static_cast<int64_t>(flags.step_timeout_s * 1000.0));
+  options.engine_recovery = std::chrono::milliseconds(
+      static_cast<int64_t>(flags.engine_recovery_s * 1000.0));
   options.policy.step_token_budget = flags.budget;
   options.policy.prefill_chunk = flags.chunk;
   options.policy.max_running = flags.max_running;

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler_shell.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -65,11 +66,28 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
   r.spec = request;
   r.sink = std::move(sink);
   r.submitted = Clock::now();
+  r.generated.assign(request.generated_ids().begin(),
+                     request.generated_ids().end());
+  r.spec.clear_generated_ids();
+  const bool resubmitted = !r.generated.empty();
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    if (!engine_ready_ || stop_) {
+    if (resubmitted && request.generated_ids_size() >= request.max_new_tokens()) {
+      r.sink->Close(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a resubmission carries ", request.generated_ids_size(),
+                       " generated tokens; max_new_tokens is ",
+                       request.max_new_tokens(), " (it must be larger)")));
+      return id;
+    }
+    // A resubmitted stream (its scheduler died) waits for the engine too.
+    if (resubmitted && !engine_ready_ && !stop_ &&
+        options_.engine_recovery.count() > 0) {
+      resume_pending_ = true;
+    }
+    if ((!engine_ready_ && !recovering_ && !resume_pending_) || stop_) {
       if (options_.metrics != nullptr) {
         options_.metrics->RecordRejection(metrics::RejectReason::kDraining);
       }
@@ -181,7 +199,17 @@ void SchedulerShell::Loop() {
       if (stop_) break;
     }
     if (!engine_ready_) {
-      if (!ConnectEngine()) {
+      if (resume_pending_.exchange(false) && !recovering_) {
+        // Resubmitted streams arrived before this scheduler had an engine:
+        // they wait like requests of a lost one.
+        lost_since_ = Clock::now();
+        lost_why_ = "no engine ready yet for resubmitted streams";
+        recovering_ = true;
+      }
+      if (recovering_) TendSuspended();
+      if (ConnectEngine()) {
+        if (recovering_) ResumeAll();
+      } else {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait_for(lock, std::chrono::milliseconds(100),
                      [&] { return stop_; });
@@ -221,10 +249,134 @@ void SchedulerShell::CheckEngine() {
 
 void SchedulerShell::LoseEngine(const std::string& why) {
   std::fprintf(stderr, "pdserve scheduler: %s\n", why.c_str());
-  FailAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  ++engine_losses_;
+  if (options_.metrics != nullptr) options_.metrics->RecordEngineLoss();
+  if (options_.engine_recovery.count() > 0) {
+    SuspendAll(why);
+  } else {
+    RecordUnrecovered(static_cast<int64_t>(requests_.size()));
+    FailAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
   engine_ready_ = false;
   PublishStatus();
   if (on_ready_) on_ready_(false);
+}
+
+void SchedulerShell::SuspendAll(const std::string& why) {
+  policy_.reset();
+  CloseStepStream();
+  engine_forget_.clear();  // the engine drops them when its stream ends
+  if (!lost_since_.has_value()) lost_since_ = Clock::now();
+  lost_why_ = why;
+  recovering_ = true;
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    Request& r = it->second;
+    if (r.was_admitted && ++r.resumes > options_.max_resumes) {
+      r.sink->Close(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("the engine was lost ", r.resumes,
+                       " times while serving this request (at most ",
+                       options_.max_resumes, " resumptions): ", why)));
+      requests_.erase(it++);
+      RecordUnrecovered(1);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SchedulerShell::TendSuspended() {
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels.swap(cancels_);
+  }
+  std::vector<uint64_t> later;  // for requests still in the inbox
+  for (uint64_t id : cancels) {
+    if (requests_.contains(id)) {
+      Finish(id, v1::FINISH_REASON_CANCELLED);
+    } else {
+      later.push_back(id);
+    }
+  }
+  if (!later.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.insert(cancels_.end(), later.begin(), later.end());
+  }
+  const Clock::duration away = Clock::now() - *lost_since_;
+  if (away < options_.engine_recovery) return;
+  std::fprintf(stderr,
+               "pdserve scheduler: the engine did not come back within %.1f "
+               "s; ending %zu requests\n",
+               Ms(options_.engine_recovery) / 1000.0, requests_.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecordUnrecovered(static_cast<int64_t>(requests_.size() + inbox_.size()));
+  }
+  FailAll(grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("the engine did not come back within ",
+                   Ms(options_.engine_recovery) / 1000.0, " s (--engine-"
+                   "recovery-seconds) after it was lost: ", lost_why_)));
+  lost_since_.reset();
+  recovering_ = false;
+}
+
+void SchedulerShell::ResumeAll() {
+  std::vector<uint64_t> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());  // ids grow with arrival
+  int64_t resumed = 0, recompute_tokens = 0;
+  for (uint64_t id : ids) {
+    Request& r = requests_.at(id);
+    RequestSpec spec = SpecFor(id, r);
+    if (spec.max_new_tokens <= 0) {
+      Finish(id, v1::FINISH_REASON_LENGTH);
+      continue;
+    }
+    spec.resumed = true;
+    if (absl::Status s = policy_->Submit(spec); !s.ok()) {
+      r.sink->Close(rpc::ToGrpc(absl::Status(
+          s.code(), absl::StrCat("could not resume the request on the "
+                                 "engine that came back: ", s.message()))));
+      requests_.erase(id);
+      RecordUnrecovered(1);
+      continue;
+    }
+    if (r.was_admitted) {
+      ++resumed;
+      recompute_tokens += spec.prompt_len;
+    }
+  }
+  const double away_ms = Ms(Clock::now() - *lost_since_);
+  resumed_ += resumed;
+  lost_since_.reset();
+  recovering_ = false;
+  std::fprintf(stderr,
+               "pdserve scheduler: resumed %ld requests (%ld tokens to "
+               "recompute) %.0f ms after the engine was lost\n",
+               static_cast<long>(resumed), static_cast<long>(recompute_tokens),
+               away_ms);
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordRecovery(resumed, recompute_tokens,
+                                     away_ms / 1000.0);
+  }
+}
+
+RequestSpec SchedulerShell::SpecFor(uint64_t id, const Request& r) const {
+  RequestSpec spec;
+  spec.id = id;
+  spec.priority = r.spec.priority();
+  spec.prompt_tokens.reserve(r.spec.prompt_ids_size() + r.generated.size());
+  spec.prompt_tokens.assign(r.spec.prompt_ids().begin(),
+                            r.spec.prompt_ids().end());
+  spec.prompt_tokens.insert(spec.prompt_tokens.end(), r.generated.begin(),
+                            r.generated.end());
+  spec.prompt_len = static_cast<int64_t>(spec.prompt_tokens.size());
+  spec.max_new_tokens =
+      r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+  return spec;
 }
 
 void SchedulerShell::DrainInbox() {
@@ -236,10 +388,7 @@ void SchedulerShell::DrainInbox() {
     cancels.swap(cancels_);
   }
   for (auto& [id, r] : inbox) {
-    RequestSpec spec{id, r.spec.priority(), r.spec.prompt_ids_size(),
-                     r.spec.max_new_tokens(),
-                     std::vector<int32_t>(r.spec.prompt_ids().begin(),
-                                          r.spec.prompt_ids().end())};
+    const RequestSpec spec = SpecFor(id, r);
     absl::Status s = policy_->Submit(spec);
     if (!s.ok()) {
       RecordRejection(s, spec);
@@ -327,15 +476,26 @@ void SchedulerShell::RecordRejection(const absl::Status& status,
   options_.metrics->RecordRejection(reason);
 }
 
+void SchedulerShell::RecordUnrecovered(int64_t requests) {
+  if (options_.metrics != nullptr && requests > 0) {
+    options_.metrics->RecordUnrecovered(requests);
+  }
+}
+
 void SchedulerShell::PublishStatus() {
   std::lock_guard<std::mutex> lock(mu_);
   status_.engine_ready = engine_ready_;
+  status_.recovering = recovering_;
+  status_.engine_losses = engine_losses_;
+  status_.resumed = resumed_;
   if (policy_ != nullptr) {
     status_.waiting = static_cast<int32_t>(policy_->waiting());
     status_.running = static_cast<int32_t>(policy_->running());
     status_.preemptions = policy_->preemptions();
   } else {
-    status_.waiting = status_.running = 0;
+    // While the engine is away the kept requests count as waiting.
+    status_.waiting = static_cast<int32_t>(requests_.size());
+    status_.running = 0;
   }
   status_.steps = steps_;
   if (options_.metrics != nullptr) {

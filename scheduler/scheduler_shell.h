@@ -46,6 +46,16 @@ struct ShellOptions {
   // A step result not back within this time (a hung engine) ends the step
   // stream: in-flight requests fail UNAVAILABLE and the shell reconnects.
   std::chrono::milliseconds step_deadline{120000};
+  // A lost engine (killed, hung past step_deadline, restarted, its stream
+  // broken): its requests are kept this long while the shell reconnects,
+  // then each resumes by recompute (prompt + the tokens already streamed as
+  // its new prompt, the rest of max_new_tokens to come), so its client sees
+  // a pause. Past it they end UNAVAILABLE; 0 = end them at once.
+  std::chrono::milliseconds engine_recovery{30000};
+  // A request the engine is lost under more than this many times ends
+  // UNAVAILABLE instead of resuming again (a request that crashes the
+  // engine must not crash it forever).
+  int64_t max_resumes = 3;
   // > 1: before each step, cap the token budget so that the predicted step
   // time (a StepCostModel fitted online to recent steps) stays within this
   // factor of a decode-only step; 0 = fixed budget.
@@ -65,6 +75,8 @@ struct ShellOptions {
 // Figures for GetStatus and health.
 struct ShellStatus {
   bool engine_ready = false;
+  bool recovering = false;  // the engine is lost; its requests wait for it
+  int64_t engine_losses = 0, resumed = 0;
   int32_t waiting = 0, running = 0;
   int64_t steps = 0, preemptions = 0;
   int32_t max_seq_len = 0, vocab_size = 0;
@@ -75,9 +87,11 @@ class LiveRequestIds;
 
 // Thread-safe: Submit/Cancel/Status may be called from any thread; the loop
 // thread owns the policy. When the engine fails (RPC error other than a
-// rejected request), every in-flight request ends with UNAVAILABLE, the
-// policy is reset, and the shell reconnects (polling GetInfo) before
-// accepting new requests.
+// rejected request, a step past step_deadline, a restart seen by the idle
+// ping) the policy is reset and the shell reconnects (polling GetInfo).
+// With engine_recovery > 0 the open requests (and ones submitted meanwhile)
+// wait and are resumed on the engine that answers; otherwise, or once the
+// recovery time is spent, they end with UNAVAILABLE.
 class SchedulerShell {
  public:
   explicit SchedulerShell(ShellOptions options);
@@ -112,6 +126,7 @@ class SchedulerShell {
     // Prompt tokens the engine took from its prefix cache (reported with
     // the admission, before any token was generated).
     int32_t cached_tokens = 0;
+    int64_t resumes = 0;  // times resumed after an engine loss
   };
 
   void Loop();
@@ -147,6 +162,18 @@ class SchedulerShell {
                  v1::AddSequenceRequest* add);
   // Ends every open request with `status` and resets the policy.
   void FailAll(const grpc::Status& status);
+  // Keeps the open requests for resumption (engine_recovery > 0): resets
+  // the policy and the step stream, ends the ones resumed too often.
+  void SuspendAll(const std::string& why);
+  // After a reconnection: resubmits every kept request to the new policy,
+  // in arrival order, as prompt + generated so far.
+  void ResumeAll();
+  // While the engine is away: ends cancelled kept requests, and all of them
+  // once engine_recovery has passed.
+  void TendSuspended();
+  // The policy's view of request `id`: its prompt followed by the tokens it
+  // generated so far (recompute), and what is left of max_new_tokens.
+  RequestSpec SpecFor(uint64_t id, const Request& r) const;
   // Fails everything with UNAVAILABLE(why) and starts reconnecting.
   void LoseEngine(const std::string& why);
   // Liveness ping while idle: a dead or restarted engine is lost.
@@ -157,6 +184,8 @@ class SchedulerShell {
   void AdaptBudget();
   // Feeds options_.metrics the plan just run and the queue after it.
   void RecordIteration(const StepPlan& plan, int64_t finished);
+  // Counts requests ended because a lost engine could not be resumed.
+  void RecordUnrecovered(int64_t requests);
   // Counts a refused submission (status from the policy or the shell).
   void RecordRejection(const absl::Status& status, const RequestSpec& spec);
 
@@ -182,6 +211,14 @@ class SchedulerShell {
   absl::flat_hash_map<uint64_t, Request> requests_;  // loop thread only
   std::FILE* step_log_ = nullptr;
   int64_t engine_pid_ = 0;             // loop thread only
+  // Set while the engine is lost with requests kept (loop thread only).
+  std::optional<Clock::time_point> lost_since_;
+  std::string lost_why_;
+  int64_t engine_losses_ = 0, resumed_ = 0;  // loop thread only
+  std::atomic<bool> recovering_{false};  // Submit queues while it is set
+  // A resubmitted stream was queued while no engine was ready (any thread
+  // sets it; the loop starts a recovery window for it).
+  std::atomic<bool> resume_pending_{false};
   int64_t steps_ = 0;                  // loop thread only
   std::deque<StepSample> samples_;     // recent steps (loop thread only)
   std::optional<StepCostModel> cost_;  // fitted to samples_

@@ -85,6 +85,7 @@ void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
   *add->mutable_prompt_ids() = r.spec.prompt_ids();
   // Recompute after preemption: the tokens generated so far join the prompt.
   for (int32_t t : r.generated) add->add_prompt_ids(t);
+  add->set_resumed_outputs(static_cast<int32_t>(r.generated.size()));
   const int64_t remaining =
       r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
   add->set_max_new_tokens(static_cast<int32_t>(remaining));

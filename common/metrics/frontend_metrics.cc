@@ -95,6 +95,7 @@ void FrontendMetrics::Register() {
   prompt_tokens_ = &CounterFamily(r, kPromptTokens).Add({});
   generation_tokens_ = &CounterFamily(r, kGenerationTokens).Add({});
   write_stalls_ = &CounterFamily(r, kWriteStalls).Add({});
+  resubmissions_ = &CounterFamily(r, kResubmissions).Add({});
   write_stall_time_ =
       &HistogramFamily(r, kWriteStallTime).Add({}, TokenLatencyBuckets());
   auto& tokenizer = HistogramFamily(r, kTokenizerTime);
@@ -172,6 +173,8 @@ void FrontendMetrics::RecordStreamWriteStall(double seconds) {
     write_stall_time_->Observe(seconds);
   }
 }
+
+void FrontendMetrics::RecordResubmission() { resubmissions_->Increment(); }
 
 void FrontendMetrics::ObserveTokenizer(TokenizerOp op, double seconds) {
   if (seconds >= 0.0 && std::isfinite(seconds)) {

@@ -58,6 +58,9 @@ class FrontendMetrics {
   // One stream write that blocked on the client for `seconds`.
   void RecordStreamWriteStall(double seconds);
 
+  // A stream resubmitted after its scheduler call broke.
+  void RecordResubmission();
+
   // Tokenizer work for one request.
   void ObserveTokenizer(TokenizerOp op, double seconds);
 
@@ -78,6 +81,7 @@ class FrontendMetrics {
   prometheus::Counter* prompt_tokens_ = nullptr;
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
+  prometheus::Counter* resubmissions_ = nullptr;
   prometheus::Histogram* write_stall_time_ = nullptr;
   std::array<prometheus::Histogram*, 2> tokenizer_{};
   // stop, length, cancelled, error, other.

@@ -149,6 +149,24 @@ inline constexpr MetricSpec kIterations = {
 inline constexpr MetricSpec kPlannedTokens = {
     "pdserve_scheduler_planned_tokens_total", MetricType::kCounter,
     "Tokens placed into step plans, by kind (prefill, decode)."};
+inline constexpr MetricSpec kEngineLosses = {
+    "pdserve_scheduler_engine_losses_total", MetricType::kCounter,
+    "Times the scheduler lost its engine (killed, hung past the step "
+    "timeout, restarted, stream broken)."};
+inline constexpr MetricSpec kResumedRequests = {
+    "pdserve_scheduler_resumed_requests_total", MetricType::kCounter,
+    "Requests resumed by recompute on an engine after theirs was lost."};
+inline constexpr MetricSpec kRecomputedTokens = {
+    "pdserve_scheduler_recomputed_tokens_total", MetricType::kCounter,
+    "Prompt and generated tokens prefilled again to resume requests after "
+    "an engine loss."};
+inline constexpr MetricSpec kUnrecovered = {
+    "pdserve_scheduler_unrecovered_requests_total", MetricType::kCounter,
+    "Requests ended UNAVAILABLE because their engine was lost and they "
+    "could not be resumed (recovery time spent, resumed too often, no fit)."};
+inline constexpr MetricSpec kRecoveryTime = {
+    "pdserve_scheduler_engine_recovery_seconds", MetricType::kHistogram,
+    "Time from losing the engine to resuming its requests on one again."};
 inline constexpr MetricSpec kTokenBudget = {
     "pdserve_scheduler_token_budget_tokens", MetricType::kGauge,
     "Per-step token budget the plans are cut to."};
@@ -196,6 +214,10 @@ inline constexpr MetricSpec kGenerationTokens = {
 inline constexpr MetricSpec kWriteStalls = {
     "pdserve_frontend_stream_write_stalls_total", MetricType::kCounter,
     "Stream writes that blocked on a slow client (flow control)."};
+inline constexpr MetricSpec kResubmissions = {
+    "pdserve_frontend_resubmitted_requests_total", MetricType::kCounter,
+    "Streams resubmitted with their tokens so far after the scheduler call "
+    "broke (the scheduler died); counted once per loss."};
 inline constexpr MetricSpec kWriteStallTime = {
     "pdserve_frontend_stream_write_stall_seconds", MetricType::kHistogram,
     "Time a stalled stream write waited for the client."};
@@ -260,6 +282,11 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kIterations,
                                                     &kPlannedTokens,
                                                     &kTokenBudget,
+                                                    &kEngineLosses,
+                                                    &kResumedRequests,
+                                                    &kRecomputedTokens,
+                                                    &kUnrecovered,
+                                                    &kRecoveryTime,
                                                     &kRequests,
                                                     &kHttpRequests,
                                                     &kInFlight,
@@ -273,6 +300,7 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kPromptTokens,
                                                     &kGenerationTokens,
                                                     &kWriteStalls,
+                                                    &kResubmissions,
                                                     &kWriteStallTime,
                                                     &kTokenizerTime,
                                                     &kVllmWaiting,

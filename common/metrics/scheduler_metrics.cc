@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/metrics/buckets.h"
 #include "common/metrics/families.h"
 
 namespace pdserve::metrics {
@@ -42,6 +43,12 @@ void SchedulerMetrics::Register(const SchedulerMetricsOptions& options) {
   planned_prefill_ = &planned.Add({{"kind", "prefill"}});
   planned_decode_ = &planned.Add({{"kind", "decode"}});
   token_budget_ = &GaugeFamily(r, kTokenBudget).Add({});
+  engine_losses_ = &CounterFamily(r, kEngineLosses).Add({});
+  resumed_ = &CounterFamily(r, kResumedRequests).Add({});
+  recomputed_tokens_ = &CounterFamily(r, kRecomputedTokens).Add({});
+  unrecovered_ = &CounterFamily(r, kUnrecovered).Add({});
+  recovery_time_ = &internal::HistogramFamily(r, kRecoveryTime)
+                        .Add({}, RequestLatencyBuckets());
   auto& rejections = CounterFamily(r, kRejections);
   for (RejectReason reason :
        {RejectReason::kQueueFull, RejectReason::kPromptTooLong,
@@ -77,6 +84,21 @@ absl::Status SchedulerMetrics::RecordIteration(const SchedulerStats& stats) {
     token_budget_->Set(static_cast<double>(stats.token_budget));
   }
   return absl::OkStatus();
+}
+
+void SchedulerMetrics::RecordEngineLoss() { engine_losses_->Increment(); }
+
+void SchedulerMetrics::RecordRecovery(int64_t resumed,
+                                      int64_t recomputed_tokens,
+                                      double seconds) {
+  internal::AddPositive(*resumed_, static_cast<double>(resumed));
+  internal::AddPositive(*recomputed_tokens_,
+                        static_cast<double>(recomputed_tokens));
+  if (seconds >= 0) recovery_time_->Observe(seconds);
+}
+
+void SchedulerMetrics::RecordUnrecovered(int64_t requests) {
+  internal::AddPositive(*unrecovered_, static_cast<double>(requests));
 }
 
 void SchedulerMetrics::RecordRejection(RejectReason reason) {

@@ -16,6 +16,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 class Registry;
 }  // namespace prometheus
 
@@ -45,6 +46,15 @@ class SchedulerMetrics {
   // Gauges only, for changes between iterations (e.g. a submission queued).
   void SetQueue(int64_t waiting, int64_t running);
 
+  // The engine was lost (counted once per loss).
+  void RecordEngineLoss();
+  // Requests resumed on an engine again: how many, the tokens they prefill
+  // again, and the time since the loss (seconds).
+  void RecordRecovery(int64_t resumed, int64_t recomputed_tokens,
+                      double seconds);
+  // Requests ended because their engine was lost and could not be resumed.
+  void RecordUnrecovered(int64_t requests);
+
  private:
   explicit SchedulerMetrics(std::shared_ptr<prometheus::Registry> registry);
   void Register(const SchedulerMetricsOptions& options);
@@ -62,6 +72,11 @@ class SchedulerMetrics {
   prometheus::Counter* planned_prefill_ = nullptr;
   prometheus::Counter* planned_decode_ = nullptr;
   prometheus::Gauge* token_budget_ = nullptr;
+  prometheus::Counter* engine_losses_ = nullptr;
+  prometheus::Counter* resumed_ = nullptr;
+  prometheus::Counter* recomputed_tokens_ = nullptr;
+  prometheus::Counter* unrecovered_ = nullptr;
+  prometheus::Histogram* recovery_time_ = nullptr;
   std::array<prometheus::Counter*, 5> rejections_{};  // by RejectReason
 };
 

@@ -156,6 +156,23 @@ ROWS = [
         ("Processes ready", "short", [
             (f"sum by (process) (pdserve_ready{{{SEL}}})", "{{process}}"),
         ], 12, "ts"),
+        ("Crash recovery: losses, resumed and lost streams", "short", [
+            (f"sum(increase(pdserve_scheduler_engine_losses_total{{{SEL}}}"
+             f"[{RI}]))", "engine losses"),
+            (f"sum(increase(pdserve_scheduler_resumed_requests_total{{{SEL}}}"
+             f"[{RI}]))", "resumed (engine lost)"),
+            (f"sum(increase(pdserve_frontend_resubmitted_requests_total"
+             f"{{{SEL}}}[{RI}]))", "resubmitted (scheduler lost)"),
+            (f"sum(increase(pdserve_scheduler_unrecovered_requests_total"
+             f"{{{SEL}}}[{RI}]))", "lost"),
+        ], 12, "ts"),
+        ("Crash recovery time and recomputed tokens", "short", [
+            (f"histogram_quantile(0.99, sum by (le) (rate("
+             f"pdserve_scheduler_engine_recovery_seconds_bucket{{{SEL}}}"
+             f"[{RI}])))", "recovery p99 (s)"),
+            (f"sum(rate(pdserve_scheduler_recomputed_tokens_total{{{SEL}}}"
+             f"[{RI}]))", "recomputed tokens/s"),
+        ], 12, "ts"),
     ]),
 ]
 

@@ -117,7 +117,8 @@ class EngineCore::Impl {
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
-                           int64_t max_new_tokens, const LedgerPages* ledger);
+                           int64_t max_new_tokens, const LedgerPages* ledger,
+                           int64_t resumed_outputs);
   absl::Status AssignPages(SequenceId id, absl::Span<const int32_t> pages) {
     if (!seqs_.contains(id)) {
       return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
@@ -204,7 +205,8 @@ class EngineCore::Impl {
 absl::Status EngineCore::Impl::AddSequence(
     SequenceId id, absl::Span<const int32_t> prompt, int64_t max_seq_len,
     const SamplingParams& params, absl::Span<const int32_t> stop_token_ids,
-    int64_t max_new_tokens, const LedgerPages* ledger) {
+    int64_t max_new_tokens, const LedgerPages* ledger,
+    int64_t resumed_outputs) {
   if (seqs_.contains(id)) {
     return absl::AlreadyExistsError(
         absl::StrCat("sequence ", id, " already exists"));
@@ -247,6 +249,13 @@ absl::Status EngineCore::Impl::AddSequence(
         absl::StrCat("sequence ", id, ": max_new_tokens must be positive, got ",
                      max_new_tokens));
   }
+  if (resumed_outputs < 0 ||
+      resumed_outputs >= static_cast<int64_t>(prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": resumed_outputs ", resumed_outputs,
+        " must be in [0, ", prompt.size(), ") for a prompt of ", prompt.size(),
+        " tokens (at least one token of the original prompt)"));
+  }
   if (static_cast<int64_t>(seqs_.size()) >= 2 * options_.max_sequences) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "engine holds ", seqs_.size(),
@@ -259,6 +268,13 @@ absl::Status EngineCore::Impl::AddSequence(
   absl::StatusOr<std::unique_ptr<SequenceGuide>> guide =
       SequenceGuide::Create(params, static_cast<int32_t>(vocab_));
   if (!guide.ok()) return guide.status();
+  if (*guide != nullptr && resumed_outputs > 0) {
+    if (absl::Status s = (*guide)->Replay(prompt.last(resumed_outputs));
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", id, ": ", s.message()));
+    }
+  }
   absl::StatusOr<SequenceState> state = SequenceState::Create(max_seq_len);
   if (!state.ok()) return state.status();
   if (absl::Status s = pool_->Add(id, max_seq_len); !s.ok()) return s;
@@ -269,7 +285,7 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->tokens.assign(prompt.begin(), prompt.end());
   seq->prompt_len = static_cast<int64_t>(prompt.size());
   seq->sampler = std::move(*sampler);
-  seq->sampler->AddPrompt(prompt);
+  seq->sampler->AddPrompt(prompt, resumed_outputs);
   seq->guide = std::move(*guide);
   if (seq->guide != nullptr && mask_worker_ == nullptr) {
     mask_worker_ = std::make_unique<MaskWorker>();
@@ -716,9 +732,10 @@ absl::Status EngineCore::AddSequence(SequenceId id,
                                      const SamplingParams& params,
                                      absl::Span<const int32_t> stop_token_ids,
                                      int64_t max_new_tokens,
-                                     const LedgerPages* ledger) {
+                                     const LedgerPages* ledger,
+                                     int64_t resumed_outputs) {
   return impl_->AddSequence(id, prompt, max_seq_len, params, stop_token_ids,
-                            max_new_tokens, ledger);
+                            max_new_tokens, ledger, resumed_outputs);
 }
 
 absl::Status EngineCore::AssignPages(SequenceId id,

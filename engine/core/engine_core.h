@@ -189,11 +189,20 @@ class EngineCore {
   // KvPool::AssignPrefix / AssignPages: FAILED_PRECONDITION naming the
   // page), later ones by AssignPages, and a step that needs a page it was
   // not given fails instead of taking one.
+  // `resumed_outputs`: the last that many prompt tokens are ones this
+  // request generated before it was restarted (resume by recompute after a
+  // preemption or a lost engine). They count as outputs for the frequency
+  // and presence penalties and are replayed through the grammar and the
+  // reasoning budget, so the sequence continues as if never interrupted;
+  // max_new_tokens counts only what is still to come. INVALID_ARGUMENT
+  // unless 0 <= resumed_outputs < prompt.size(), or when the grammar
+  // refuses a resumed token.
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
                            int64_t max_new_tokens,
-                           const LedgerPages* ledger = nullptr);
+                           const LedgerPages* ledger = nullptr,
+                           int64_t resumed_outputs = 0);
   // Appends the scheduler's `pages` to the page table of `id` (a ledger
   // sequence's growth, before the step that writes them). NOT_FOUND for an
   // unknown id; KvPool::AssignPages' errors.

@@ -96,6 +96,26 @@ absl::Status SequenceGuide::Accept(int32_t token, bool* grammar_done) {
   return absl::OkStatus();
 }
 
+absl::Status SequenceGuide::Replay(absl::Span<const int32_t> outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Mode mode = Prepare();
+    const int32_t token = outputs[i];
+    if (mode == Mode::kForced &&
+        token != reasoning_.end_ids[static_cast<size_t>(forced_pos_)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resumed output ", i, " is token ", token, " but the end of the "
+          "reasoning forces token ",
+          reasoning_.end_ids[static_cast<size_t>(forced_pos_)]));
+    }
+    bool done = false;
+    if (absl::Status s = Accept(token, &done); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resumed output ", i, " (token ", token, "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 MaskWorker::MaskWorker() : thread_([this] { Loop(); }) {}
 
 MaskWorker::~MaskWorker() {

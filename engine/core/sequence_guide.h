@@ -44,6 +44,11 @@ class SequenceGuide {
   // reasoning, the grammar. *grammar_done: the grammar accepted its end.
   // INVALID_ARGUMENT when the grammar refuses the token.
   absl::Status Accept(int32_t token, bool* grammar_done);
+  // Replays tokens this request generated before it was restarted (resume
+  // by recompute): Prepare + Accept for each, so the reasoning budget and
+  // the grammar stand where they stood. INVALID_ARGUMENT naming the token
+  // when one is not allowed there.
+  absl::Status Replay(absl::Span<const int32_t> outputs);
 
   bool in_reasoning() const { return in_reasoning_; }
 

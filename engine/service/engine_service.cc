@@ -310,7 +310,8 @@ absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),
       req.max_seq_len(), params,
       absl::MakeConstSpan(req.stop_ids().data(), req.stop_ids_size()),
-      req.max_new_tokens(), req.ledger() ? &ledger : nullptr);
+      req.max_new_tokens(), req.ledger() ? &ledger : nullptr,
+      req.resumed_outputs());
 }
 
 grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,

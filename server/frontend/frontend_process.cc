@@ -130,6 +130,8 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
       metrics ? metrics->server.get() : nullptr;
   InferenceServiceImpl service(model->get(), stub.get(),
                                metrics ? metrics->metrics.get() : nullptr);
+  service.set_scheduler_recovery(std::chrono::milliseconds(
+      static_cast<int64_t>(flags.scheduler_recovery_s * 1000.0)));
   const std::string& host = flags.host;
   auto server = rpc::StartServer(host, flags.port, {&service});
   if (!server.ok()) {

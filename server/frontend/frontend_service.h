@@ -4,6 +4,7 @@
 #define PDSERVE_SERVER_FRONTEND_FRONTEND_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +57,11 @@ class InferenceServiceImpl final
   int active_streams() const { return active_; }
   // What a GenerationStream of this front end needs.
   GenerationContext generation_context() const {
-    return {model_, scheduler_, metrics_};
+    return {model_, scheduler_, metrics_, scheduler_recovery_};
+  }
+  // --scheduler-recovery-seconds (before the first request).
+  void set_scheduler_recovery(std::chrono::milliseconds recovery) {
+    scheduler_recovery_ = recovery;
   }
 
  private:
@@ -64,6 +69,7 @@ class InferenceServiceImpl final
   const ModelContext* model_;
   v1::Scheduler::Stub* scheduler_;
   metrics::FrontendMetrics* metrics_;
+  std::chrono::milliseconds scheduler_recovery_{30000};
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};
 };

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+#include "server/frontend/delayed_runner.h"
 
 namespace pdserve::frontend {
 namespace {
@@ -119,23 +121,93 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
   if (prepared.reasoning.has_value()) {
     *s.submit_.mutable_sampling()->mutable_reasoning() = *prepared.reasoning;
   }
-  context.scheduler->async()->Submit(&s.client_ctx_, &s.submit_, &s);
-  s.StartRead(&s.event_);
-  s.StartCall();
+  s.Submit();
   return stream;
 }
 
-void GenerationStream::Cancel() { client_ctx_.TryCancel(); }
+// One Submit call. Lives until gRPC's OnDone (self_), holding its stream
+// until then; the stream holds it only to cancel it.
+class GenerationStream::SchedulerCall
+    : public grpc::ClientReadReactor<v1::TokenEvent> {
+ public:
+  SchedulerCall(std::shared_ptr<GenerationStream> stream,
+                v1::SubmitRequest request)
+      : stream_(std::move(stream)), request_(std::move(request)) {}
 
-void GenerationStream::OnReadDone(bool ok) {
-  if (!ok) return;  // OnDone(status) follows
+  void Begin(const std::shared_ptr<SchedulerCall>& self,
+             v1::Scheduler::Stub* stub) {
+    self_ = self;
+    stub->async()->Submit(&ctx_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone(status) follows
+    if (stream_->OnEvent(event_)) {
+      StartRead(&event_);
+    } else {
+      // A stop string ended the reply: cancelling the scheduler request
+      // frees its capacity at once; OnDone follows.
+      ctx_.TryCancel();
+    }
+  }
+  void OnDone(const grpc::Status& status) override {
+    bool from_scheduler = false;
+    for (const auto& [key, value] : ctx_.GetServerTrailingMetadata()) {
+      if (absl::string_view(key.data(), key.size()) == rpc::kOriginKey) {
+        from_scheduler = true;
+      }
+    }
+    std::shared_ptr<GenerationStream> stream = std::move(stream_);
+    stream->OnCallDone(this, status, from_scheduler);
+    std::shared_ptr<SchedulerCall> keep = std::move(self_);  // may delete
+  }
+
+ private:
+  std::shared_ptr<GenerationStream> stream_;
+  std::shared_ptr<SchedulerCall> self_;
+  grpc::ClientContext ctx_;
+  v1::SubmitRequest request_;
+  v1::TokenEvent event_;
+};
+
+void GenerationStream::Submit() {
+  v1::SubmitRequest request = submit_;
+  std::shared_ptr<SchedulerCall> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A resubmission continues after what the client already has.
+    request.mutable_generated_ids()->Add(received_.begin(), received_.end());
+    call = std::make_shared<SchedulerCall>(self_, std::move(request));
+    call_ = call;
+  }
+  call->Begin(call, context_.scheduler);
+}
+
+void GenerationStream::Cancel() {
+  std::shared_ptr<SchedulerCall> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    call = call_;
+  }
+  // In a backoff (no call) the pending Resubmit ends the stream.
+  if (call != nullptr) call->Cancel();
+}
+
+bool GenerationStream::OnEvent(const v1::TokenEvent& event) {
   v1::Delta delta;
   std::optional<v1::Final> final;
   bool first = false, stopped;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    first = completion_tokens_ == 0 && event_.token_ids_size() > 0;
-    stopped = HandleEventLocked(&delta, &final);
+    lost_since_.reset();  // the scheduler answers again
+    first = completion_tokens_ == 0 && event.token_ids_size() > 0;
+    received_.insert(received_.end(), event.token_ids().begin(),
+                     event.token_ids().end());
+    stopped = HandleEventLocked(event, &delta, &final);
   }
   if (first) sink_->OnFirstToken();
   if (!delta.text().empty() || delta.token_ids_size() > 0 ||
@@ -143,16 +215,107 @@ void GenerationStream::OnReadDone(bool ok) {
     sink_->OnDelta(std::move(delta));
   }
   if (final.has_value()) sink_->OnDone(grpc::Status::OK, *final);
-  if (stopped) {
-    // A stop string ended the reply: cancelling the scheduler request frees
-    // its capacity at once; OnDone follows.
-    client_ctx_.TryCancel();
-  } else {
-    StartRead(&event_);
-  }
+  return !stopped;
 }
 
-void GenerationStream::OnDone(const grpc::Status& status) {
+bool GenerationStream::ShouldResubmitLocked(const grpc::Status& status,
+                                            bool from_scheduler,
+                                            grpc::Status* final_status) {
+  if (final_sent_ || cancelled_ || context_.scheduler_recovery.count() <= 0) {
+    return false;
+  }
+  const grpc::StatusCode code = status.error_code();
+  // A dead scheduler: the call broke without the scheduler's own status.
+  const bool broke = code == grpc::StatusCode::UNAVAILABLE && !from_scheduler;
+  // While resubmitting: a restarted scheduler without an engine yet, or
+  // the old one still holding the id, is waited out too.
+  const bool waiting = lost_since_.has_value() &&
+                       (code == grpc::StatusCode::UNAVAILABLE ||
+                        code == grpc::StatusCode::ALREADY_EXISTS);
+  if (!broke && !waiting) return false;
+  if (static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens()) {
+    return false;  // every token is here; only the final was lost
+  }
+  const Clock::time_point now = Clock::now();
+  if (!lost_since_.has_value()) lost_since_ = now;
+  if (now - *lost_since_ >= context_.scheduler_recovery) {
+    *final_status = grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the scheduler did not come back within ",
+                     Seconds(context_.scheduler_recovery),
+                     " s (--scheduler-recovery-seconds): ",
+                     status.error_message()));
+    return false;
+  }
+  return true;
+}
+
+void GenerationStream::OnCallDone(const SchedulerCall* call,
+                                  const grpc::Status& status,
+                                  bool from_scheduler) {
+  grpc::Status final_status = status;
+  bool resubmit = false;
+  int64_t attempt = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_.get() == call) call_.reset();
+    resubmit = ShouldResubmitLocked(status, from_scheduler, &final_status);
+    if (resubmit) attempt = ++resubmissions_;
+    // Every token arrived but the final did not: the length ended it.
+    if (!resubmit && !final_sent_ && !cancelled_ &&
+        status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        !from_scheduler && submit_.max_new_tokens() > 0 &&
+        static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens()) {
+      final_status = grpc::Status::OK;
+    }
+  }
+  if (resubmit) {
+    if (attempt == 1) {
+      std::fprintf(stderr,
+                   "pdserve frontend: scheduler call of %s broke (%s); "
+                   "resubmitting\n",
+                   submit_.request_id().c_str(),
+                   status.error_message().c_str());
+    }
+    if (context_.metrics != nullptr && attempt == 1) {
+      context_.metrics->RecordResubmission();
+    }
+    // 20 ms, doubling, at most 500 ms between attempts.
+    const auto backoff = std::chrono::milliseconds(
+        std::min<int64_t>(500, int64_t{20} << std::min<int64_t>(attempt - 1, 5)));
+    std::shared_ptr<GenerationStream> self = self_;
+    DelayedRunner::Global().RunAfter(backoff, [self] { self->Resubmit(); });
+    return;
+  }
+  if (final_status.ok() && !status.ok()) {
+    std::optional<v1::Final> final;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!final_sent_) {
+        final_sent_ = true;
+        finish_reason_ = v1::FINISH_REASON_LENGTH;
+        final = MakeFinalLocked(finish_reason_);
+      }
+    }
+    if (final.has_value()) sink_->OnDone(grpc::Status::OK, *final);
+  }
+  End(final_status);
+}
+
+void GenerationStream::Resubmit() {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled = cancelled_;
+  }
+  if (cancelled) {
+    End(grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled"));
+    return;
+  }
+  Submit();
+}
+
+void GenerationStream::End(const grpc::Status& status) {
   std::optional<v1::Final> final;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -184,13 +347,14 @@ void GenerationStream::OnDone(const grpc::Status& status) {
   std::shared_ptr<GenerationStream> keep = std::move(self_);  // may delete
 }
 
-bool GenerationStream::HandleEventLocked(v1::Delta* delta,
+bool GenerationStream::HandleEventLocked(const v1::TokenEvent& event,
+                                         v1::Delta* delta,
                                          std::optional<v1::Final>* final) {
   if (final_sent_) return false;
   std::string text;
   bool stopped = false;
-  for (int i = 0; i < event_.token_ids_size(); ++i) {
-    const int32_t id = event_.token_ids(i);
+  for (int i = 0; i < event.token_ids_size(); ++i) {
+    const int32_t id = event.token_ids(i);
     const Clock::time_point now = Clock::now();
     if (completion_tokens_ == 0) {
       first_token_ = now;
@@ -201,11 +365,11 @@ bool GenerationStream::HandleEventLocked(v1::Delta* delta,
     last_token_ = now;
     ++completion_tokens_;
     if (return_token_ids_) delta->add_token_ids(id);
-    if (return_logprobs_ && i < event_.logprobs_size()) {
-      delta->add_logprobs(event_.logprobs(i));
+    if (return_logprobs_ && i < event.logprobs_size()) {
+      delta->add_logprobs(event.logprobs(i));
     }
-    if (top_logprobs_ > 0 && i < event_.top_logprobs_size()) {
-      *delta->add_top_logprobs() = event_.top_logprobs(i);
+    if (top_logprobs_ > 0 && i < event.top_logprobs_size()) {
+      *delta->add_top_logprobs() = event.top_logprobs(i);
     }
     const Clock::time_point decode_start = Clock::now();
     text += detok_.Feed(id);
@@ -216,14 +380,14 @@ bool GenerationStream::HandleEventLocked(v1::Delta* delta,
     }
   }
   const bool finished =
-      stopped || event_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+      stopped || event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   if (finished && !stopped) {
     const Clock::time_point decode_start = Clock::now();
     text += detok_.Finish();
     detok_time_ += Clock::now() - decode_start;
   }
-  if (event_.has_timings()) timings_ = event_.timings();
-  if (event_.has_usage()) cached_tokens_ = event_.usage().cached_tokens();
+  if (event.has_timings()) timings_ = event.timings();
+  if (event.has_usage()) cached_tokens_ = event.usage().cached_tokens();
   ParsedDelta parsed = parser_.Feed(text);
   if (finished) {
     ParsedDelta rest = parser_.Finish();
@@ -241,7 +405,7 @@ bool GenerationStream::HandleEventLocked(v1::Delta* delta,
     d->set_arguments(c.arguments);
   }
   if (!finished) return false;
-  finish_reason_ = stopped ? v1::FINISH_REASON_STOP : event_.finish_reason();
+  finish_reason_ = stopped ? v1::FINISH_REASON_STOP : event.finish_reason();
   if (finish_reason_ == v1::FINISH_REASON_STOP && parser_.tool_call_count() > 0) {
     finish_reason_ = v1::FINISH_REASON_TOOL_CALLS;
   }

@@ -2,7 +2,10 @@
 // OpenAI / Anthropic HTTP API): submits a prepared request to the scheduler,
 // turns its token events into text deltas (incremental UTF-8-safe
 // detokenizer, stop strings), ends with one Final, and cancels the scheduler
-// request when the client goes away. Callback API: no thread per stream.
+// request when the client goes away. When the scheduler call breaks in
+// transport (the scheduler died) the stream resubmits the request, under
+// the same scheduler id, with the tokens it already has, and carries on
+// where it was: its client sees a pause. Callback API: no thread per stream.
 #ifndef PDSERVE_SERVER_FRONTEND_GENERATION_STREAM_H_
 #define PDSERVE_SERVER_FRONTEND_GENERATION_STREAM_H_
 
@@ -12,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
@@ -51,13 +55,17 @@ struct GenerationContext {
   const ModelContext* model = nullptr;
   v1::Scheduler::Stub* scheduler = nullptr;
   metrics::FrontendMetrics* metrics = nullptr;
+  // How long a stream whose scheduler call broke keeps resubmitting (to the
+  // restarted scheduler, or whatever answers at the address) before it
+  // ends UNAVAILABLE; 0 = at once (--scheduler-recovery-seconds).
+  std::chrono::milliseconds scheduler_recovery{30000};
 };
 
 // Thread-safe. Keeps itself alive until the scheduler call is done; callers
 // hold it only to Cancel. Metrics: observes inter-token latency and
 // tokenizer decode time as they happen (labelled by `api`); Stats() gives
 // the rest for the caller's RecordRequest once the sink had OnDone.
-class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
+class GenerationStream {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -78,11 +86,9 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   // caller's to fill).
   metrics::RequestStats Stats() const;
 
-  // grpc::ClientReadReactor.
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
  private:
+  class SchedulerCall;  // one Submit call (an attempt)
+
   GenerationStream(const GenerationContext& context,
                    const v1::GenerateRequest& req,
                    const PreparedRequest& prepared,
@@ -92,7 +98,25 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   // Turns event_ into a delta (and the final when it ends the request).
   // Returns true when a stop string ended it (the scheduler call is then
   // cancelled).
-  bool HandleEventLocked(v1::Delta* delta, std::optional<v1::Final>* final);
+  bool HandleEventLocked(const v1::TokenEvent& event, v1::Delta* delta,
+                         std::optional<v1::Final>* final);
+  // Starts a Submit call: the request plus the tokens received so far.
+  void Submit();
+  // A token event of the current call; false when a stop string ended the
+  // reply (the call is then cancelled).
+  bool OnEvent(const v1::TokenEvent& event);
+  // The call ended: resubmits after a backoff when it broke in transport
+  // (or a resubmission met a scheduler not ready yet) within
+  // scheduler_recovery; otherwise ends the stream.
+  void OnCallDone(const SchedulerCall* call, const grpc::Status& status,
+                  bool from_scheduler);
+  bool ShouldResubmitLocked(const grpc::Status& status, bool from_scheduler,
+                            grpc::Status* final_status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs on the delayed runner after the backoff.
+  void Resubmit();
+  // Sends the final (unless one was sent) and releases the stream.
+  void End(const grpc::Status& status);
   v1::Final MakeFinalLocked(v1::FinishReason reason) const;
 
   GenerationContext context_;
@@ -103,9 +127,7 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   int32_t top_logprobs_;
   std::vector<std::string> stop_strings_;
 
-  grpc::ClientContext client_ctx_;
-  v1::SubmitRequest submit_;
-  v1::TokenEvent event_;
+  v1::SubmitRequest submit_;  // as first submitted; const after Start
 
   mutable std::mutex mu_;  // guards everything below
   Detokenizer detok_ ABSL_GUARDED_BY(mu_);
@@ -121,6 +143,12 @@ class GenerationStream : public grpc::ClientReadReactor<v1::TokenEvent> {
   int32_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   bool final_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<SchedulerCall> call_ ABSL_GUARDED_BY(mu_);  // null in backoff
+  std::vector<int32_t> received_ ABSL_GUARDED_BY(mu_);  // every token id
+  // Since the scheduler call broke, while resubmitting.
+  std::optional<Clock::time_point> lost_since_ ABSL_GUARDED_BY(mu_);
+  int64_t resubmissions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Records one finished request in `metrics` (may be null): `stats` (the

@@ -195,5 +195,79 @@ TEST(EngineGuideTest, GuideStartsReasoningAtTheStartMarker) {
   EXPECT_FALSE(guide.in_reasoning());
 }
 
+// Resume by recompute (a preemption or a lost engine): a sequence restarted
+// from prompt + its first k tokens, with resumed_outputs = k, produces the
+// rest of what it produced straight through, with the penalties, a seeded
+// draw, a grammar and a reasoning budget all in play.
+TEST(EngineGuideTest, ResumedSequenceContinuesAsIfNeverInterrupted) {
+  auto compiler = grammar::GrammarCompiler::Create(TinyVocab(), {});
+  ASSERT_TRUE(compiler.ok()) << compiler.status();
+  grammar::GrammarSpec regex;
+  regex.kind = grammar::GrammarSpec::Kind::kRegex;
+  regex.text = "[a-e]{8,12}(x|yz)";
+  auto g = (*compiler)->Compile(regex);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ThreadPool threads(2);
+  const std::vector<int32_t> prompt = {1, 40, 41, 42, 43};
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 11 + variant;
+    p.frequency_penalty = 1.5f;
+    p.presence_penalty = 0.5f;
+    p.repetition_penalty = 1.3f;
+    int64_t max_new = 14;
+    if (variant == 1) p.grammar = *g;
+    if (variant == 2) {  // the reasoning budget is spent across the restart
+      p.reasoning.max_tokens = 6;
+      p.reasoning.end_ids = {50, 51};
+      p.reasoning.starts_inside = true;
+      p.logit_bias = {{50, -100.0f}, {51, -100.0f}};
+    }
+    auto straight_engine = Core(&threads);
+    ASSERT_TRUE(
+        straight_engine->AddSequence(1, prompt, 256, p, {2}, max_new).ok());
+    const std::vector<int32_t> straight = RunAll(*straight_engine, {1}, prompt)[0];
+    ASSERT_GE(straight.size(), 8u) << "variant " << variant;
+    for (int64_t k : {1, 4, 7}) {
+      std::vector<int32_t> resumed_prompt = prompt;
+      resumed_prompt.insert(resumed_prompt.end(), straight.begin(),
+                            straight.begin() + k);
+      auto e = Core(&threads);
+      ASSERT_TRUE(e->AddSequence(2, resumed_prompt, 256, p, {2}, max_new - k,
+                                 nullptr, k)
+                      .ok());
+      const std::vector<int32_t> rest = RunAll(*e, {2}, resumed_prompt)[0];
+      EXPECT_EQ(rest, std::vector<int32_t>(straight.begin() + k, straight.end()))
+          << "variant " << variant << ", resumed after " << k << " tokens";
+    }
+  }
+}
+
+TEST(EngineGuideTest, ResumedOutputsAreChecked) {
+  ThreadPool threads(2);
+  auto e = Core(&threads);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(e->AddSequence(1, {1, 40, 41}, 64, greedy, {}, 4, nullptr, 3)
+                .message(),
+            "sequence 1: resumed_outputs 3 must be in [0, 3) for a prompt of "
+            "3 tokens (at least one token of the original prompt)");
+  EXPECT_FALSE(
+      e->AddSequence(1, {1, 40, 41}, 64, greedy, {}, 4, nullptr, -1).ok());
+  SamplingParams forced = greedy;
+  forced.reasoning.max_tokens = 1;
+  forced.reasoning.end_ids = {50};
+  forced.reasoning.starts_inside = true;
+  // One reasoning token spends the budget: the next must be the end marker.
+  EXPECT_EQ(e->AddSequence(2, {1, 40, 41, 7, 8}, 64, forced, {}, 4, nullptr, 2)
+                .message(),
+            "sequence 2: resumed output 1 is token 8 but the end of the "
+            "reasoning forces token 50");
+  EXPECT_TRUE(
+      e->AddSequence(3, {1, 40, 41, 7, 50}, 64, forced, {}, 4, nullptr, 2)
+          .ok());
+}
+
 }  // namespace
 }  // namespace pdserve

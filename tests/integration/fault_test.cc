@@ -1,6 +1,7 @@
 // Fault and lifecycle tests of `pdserve serve`: kill -9 of the engine during
-// a stream (UNAVAILABLE, health NOT_SERVING, restart, service resumes), and
-// SIGTERM draining.
+// a stream with resumption off (UNAVAILABLE, health NOT_SERVING, restart,
+// service resumes), a hung engine outlasting the recovery time, and SIGTERM
+// draining. Streams that survive a lost engine: resume_test.cc.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -28,10 +29,13 @@ v1::GenerateRequest RawPrompt(const std::string& prompt, int max_tokens) {
   return req;
 }
 
-std::unique_ptr<ServeInstance> StartStories() {
-  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
-                                 Stories260KTokenizer(), "--kv-memory", "64M",
-                                 "--threads", "1"});
+std::unique_ptr<ServeInstance> StartStories(
+    std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model", Stories260K(), "--tokenizer",
+                                   Stories260KTokenizer(), "--kv-memory", "64M",
+                                   "--threads", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto s = ServeInstance::Start(args);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }
@@ -45,9 +49,10 @@ HealthStatus::ServingStatus Health(grpc::health::v1::Health::Stub* stub) {
   return resp.status();
 }
 
+// --engine-recovery-seconds 0: a lost engine ends its streams at once.
 TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto serve = StartStories();
+  auto serve = StartStories({"--engine-recovery-seconds", "0"});
   ASSERT_NE(serve, nullptr);
   auto client = serve->Client();
   auto health =
@@ -108,15 +113,17 @@ TEST(ServeFaultTest, EngineKilledMidStreamGivesUnavailableThenRecovers) {
   EXPECT_THAT(serve->log(), ::testing::HasSubstr("engine (pid"));
 }
 
-// A hung engine (SIGSTOP) is given up on after --step-timeout: the stream
-// ends UNAVAILABLE instead of hanging; once the engine runs again the
-// scheduler reconnects, the engine has released the abandoned sequence (its
-// step stream ended), and new requests succeed.
-TEST(ServeFaultTest, HungEngineTimesOutThenServiceResumes) {
+// A hung engine (SIGSTOP) is given up on after --step-timeout, and its
+// requests wait --engine-recovery-seconds for it: when it stays hung longer,
+// the stream ends UNAVAILABLE naming the flag instead of hanging; once the
+// engine runs again the scheduler reconnects, the engine has released the
+// abandoned sequence (its step stream ended), and new requests succeed.
+TEST(ServeFaultTest, HungEngineOutlastingTheRecoveryTimeGivesUnavailable) {
   if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
   auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
                                  Stories260KTokenizer(), "--kv-memory", "64M",
-                                 "--threads", "1", "--step-timeout", "1"});
+                                 "--threads", "1", "--step-timeout", "1",
+                                 "--engine-recovery-seconds", "2"});
   ASSERT_TRUE(s.ok()) << s.status();
   auto serve = std::move(*s);
   auto client = serve->Client();
@@ -136,7 +143,12 @@ TEST(ServeFaultTest, HungEngineTimesOutThenServiceResumes) {
   ASSERT_EQ(kill(serve->engine_pid(), SIGCONT), 0);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
-  EXPECT_LT(waited_s, 20);  // the 1 s timeout, not the 30 s client deadline
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("did not come back within 2 s "
+                                   "(--engine-recovery-seconds)"));
+  // 1 s step timeout + 2 s recovery, not the 30 s client deadline.
+  EXPECT_GE(waited_s, 2.5);
+  EXPECT_LT(waited_s, 20);
   bool recovered = false;
   for (int i = 0; i < 600 && !recovered; ++i) {
     GenerateResult r =

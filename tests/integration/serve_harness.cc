@@ -179,7 +179,8 @@ std::unique_ptr<v1::Scheduler::Stub> ServeInstance::SchedulerClient() const {
 }
 
 GenerateResult Generate(v1::Inference::Stub* stub,
-                        const v1::GenerateRequest& req) {
+                        const v1::GenerateRequest& req,
+                        std::atomic<int64_t>* deltas_seen) {
   GenerateResult r;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -189,6 +190,7 @@ GenerateResult Generate(v1::Inference::Stub* stub,
   while (reader->Read(&resp)) {
     if (resp.has_delta()) {
       ++r.deltas;
+      if (deltas_seen != nullptr) deltas_seen->fetch_add(1);
       r.text += resp.delta().text();
       r.token_ids.insert(r.token_ids.end(), resp.delta().token_ids().begin(),
                          resp.delta().token_ids().end());
@@ -198,6 +200,43 @@ GenerateResult Generate(v1::Inference::Stub* stub,
   }
   r.status = reader->Finish();
   return r;
+}
+
+pid_t CurrentEnginePid(const ServeInstance& serve) {
+  auto engine = serve.EngineClient();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::EngineInfo info;
+  if (!engine->GetInfo(&ctx, {}, &info).ok()) return -1;
+  return static_cast<pid_t>(info.pid());
+}
+
+pid_t ChildPid(const ServeInstance& serve, const std::string& role) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != serve.pid() || state == "Z") continue;
+    std::ifstream cmdline(e.path() / "cmdline");
+    std::string argv0, argv1;
+    std::getline(cmdline, argv0, '\0');
+    std::getline(cmdline, argv1, '\0');
+    if (argv1 == role) return static_cast<pid_t>(std::atoi(name.c_str()));
+  }
+  return -1;
 }
 
 v1::EngineInfo WaitEngineIdle(v1::Engine::Stub* engine, int polls,

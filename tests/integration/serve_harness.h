@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,8 +68,17 @@ struct GenerateResult {
   v1::Final final;
   int deltas = 0;
 };
+// `deltas_seen` (optional) is incremented once per delta received, for a
+// test that acts once a load is under way.
 GenerateResult Generate(v1::Inference::Stub* stub,
-                        const v1::GenerateRequest& req);
+                        const v1::GenerateRequest& req,
+                        std::atomic<int64_t>* deltas_seen = nullptr);
+// The engine's current pid (it changes when the supervisor restarts it), or
+// -1 when it does not answer.
+pid_t CurrentEnginePid(const ServeInstance& serve);
+// The pid of serve's live child running `pdserve <role>` ("engine",
+// "scheduler", "frontend"), found in /proc; -1 when there is none.
+pid_t ChildPid(const ServeInstance& serve, const std::string& role);
 
 // Polls the engine's GetInfo every `poll_ms` until it holds no sequence, at
 // most `polls` times; returns the last figures (a failed call counts as

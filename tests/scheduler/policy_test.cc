@@ -279,6 +279,13 @@ TEST(PolicyTest, QueueBoundAnswersResourceExhaustedWithLength) {
   absl::Status s = p.Submit({3, 0, 2, 1});
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("2 requests waiting (bound 2)"));
+  // A request resumed after a lost engine held its place: not refused.
+  RequestSpec resumed{3, 0, 2, 1};
+  resumed.resumed = true;
+  EXPECT_TRUE(p.Submit(resumed).ok());
+  EXPECT_EQ(p.waiting(), 3);
+  EXPECT_EQ(p.Submit({4, 0, 2, 1}).code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(PolicyTest, RejectsWhatCanNeverFit) {
