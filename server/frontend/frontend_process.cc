@@ -229,6 +229,21 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (service.active_streams() > 0 || http_api.active() > 0) {
+    // The drain time ran out: end what is still open with our reason
+    // (not gRPC's "Cancelling all calls"), then give the writes a moment.
+    GenerationStream::AbortAll(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the server is shutting down: the stream did not finish "
+                     "within the drain time (--drain-seconds ",
+                     flags.drain_seconds, ")")));
+    const auto grace =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while ((service.active_streams() > 0 || http_api.active() > 0) &&
+           std::chrono::steady_clock::now() < grace) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   if (http_server != nullptr) http_server->Stop();
   srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,16 @@
 
 namespace pdserve::frontend {
 namespace {
+
+// Every stream not yet ended, for AbortAll.
+struct OpenStreams {
+  std::mutex mu;
+  std::map<const void*, std::weak_ptr<GenerationStream>> streams;
+};
+OpenStreams& Open() {
+  static OpenStreams* open = new OpenStreams();
+  return *open;
+}
 
 double Seconds(GenerationStream::Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -121,8 +132,31 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
   if (prepared.reasoning.has_value()) {
     *s.submit_.mutable_sampling()->mutable_reasoning() = *prepared.reasoning;
   }
+  {
+    std::lock_guard<std::mutex> lock(Open().mu);
+    Open().streams[&s] = stream;
+  }
   s.Submit();
   return stream;
+}
+
+void GenerationStream::AbortAll(const grpc::Status& status) {
+  std::vector<std::shared_ptr<GenerationStream>> open;
+  {
+    std::lock_guard<std::mutex> lock(Open().mu);
+    for (const auto& [key, weak] : Open().streams) {
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+    }
+  }
+  for (const auto& s : open) s->Abort(status);
+}
+
+void GenerationStream::Abort(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!abort_status_.has_value()) abort_status_ = status;
+  }
+  Cancel();
 }
 
 // One Submit call. Lives until gRPC's OnDone (self_), holding its stream
@@ -259,6 +293,7 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (call_.get() == call) call_.reset();
+    if (abort_status_.has_value()) final_status = *abort_status_;
     resubmit = ShouldResubmitLocked(status, from_scheduler, &final_status);
     if (resubmit) attempt = ++resubmissions_;
     // Every token arrived but the final did not: the length ended it.
@@ -304,12 +339,14 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
 
 void GenerationStream::Resubmit() {
   bool cancelled;
+  grpc::Status status(grpc::StatusCode::CANCELLED, "the request was cancelled");
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled = cancelled_;
+    if (abort_status_.has_value()) status = *abort_status_;
   }
   if (cancelled) {
-    End(grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled"));
+    End(status);
     return;
   }
   Submit();
@@ -344,6 +381,10 @@ void GenerationStream::End(const grpc::Status& status) {
     }
   }
   sink_.reset();
+  {
+    std::lock_guard<std::mutex> lock(Open().mu);
+    Open().streams.erase(this);
+  }
   std::shared_ptr<GenerationStream> keep = std::move(self_);  // may delete
 }
 

@@ -82,6 +82,11 @@ class GenerationStream {
   // thread, any number of times, also after the end.
   void Cancel();
 
+  // Ends every open stream of this process with `status` (the drain time
+  // ran out): their scheduler requests are cancelled and each sink gets
+  // OnDone(status). Any thread.
+  static void AbortAll(const grpc::Status& status);
+
   // Timings and counts measured so far (method, code and e2e are the
   // caller's to fill).
   metrics::RequestStats Stats() const;
@@ -117,6 +122,8 @@ class GenerationStream {
   void Resubmit();
   // Sends the final (unless one was sent) and releases the stream.
   void End(const grpc::Status& status);
+  // Cancel, ending with `status` instead of CANCELLED.
+  void Abort(const grpc::Status& status);
   v1::Final MakeFinalLocked(v1::FinishReason reason) const;
 
   GenerationContext context_;
@@ -144,6 +151,7 @@ class GenerationStream {
   int32_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   bool final_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> abort_status_ ABSL_GUARDED_BY(mu_);  // AbortAll
   std::shared_ptr<SchedulerCall> call_ ABSL_GUARDED_BY(mu_);  // null in backoff
   std::vector<int32_t> received_ ABSL_GUARDED_BY(mu_);  // every token id
   // Since the scheduler call broke, while resubmitting.
