@@ -36,6 +36,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv python3-grpcio python3-grpc-tools
   prometheus yamllint
+  clang libclang-rt-14-dev
 )
 
 missing=()

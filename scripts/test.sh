@@ -17,3 +17,11 @@ echo "[test] building with $JOBS jobs"
 cmake --build "$BUILD" -j "$JOBS"
 echo "[test] running tests"
 ctest --test-dir "$BUILD" --output-on-failure --timeout 600 "$@"
+# Sanitizers and fuzzing (clang ASan+UBSan, libFuzzer, TSan), opt-in with
+# PDSERVE_SANITIZE_STAGE=1: cold on 2 cores it adds about 16 minutes, which
+# would take CI past its 30-minute budget. The ordinary build replays every
+# fuzz corpus under ctest either way.
+if [ "${PDSERVE_SANITIZE_STAGE:-0}" = "1" ] && [ $# -eq 0 ]; then
+  echo "[test] sanitizer and fuzzing stage"
+  scripts/sanitize.sh
+fi

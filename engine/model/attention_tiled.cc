@@ -14,6 +14,10 @@
 
 #include "kernels/matmul.h"
 
+#if defined(PDSERVE_ATTN_X86)
+#include <cpuid.h>
+#endif
+
 namespace pdserve {
 namespace attn_internal {
 
@@ -54,7 +58,12 @@ bool CpuHas(const char* isa) {
            __builtin_cpu_supports("avx512vl");
   }
   if (std::strcmp(isa, "avx2") == 0) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports
+    // has no "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c =
+        __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
   }
 #endif
   return std::strcmp(isa, "generic") == 0;

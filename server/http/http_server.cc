@@ -49,12 +49,25 @@ struct Out {
 
 class Session;
 
+// An io_context whose queued handlers can be destroyed once its threads
+// have stopped. A pending handler holds its Session, and the Session holds
+// the io_context (so it outlives the handlers): without this, that cycle
+// leaked every session still open at Stop() together with the io_context
+// (LeakSanitizer on http_server_test).
+class DrainableContext : public net::io_context {
+ public:
+  using net::io_context::io_context;
+  // Shuts the services down, destroying every pending operation and the
+  // handler (and Session) it holds. After the run threads have joined.
+  void DestroyPendingHandlers() { shutdown(); }
+};
+
 class Server::Impl {
  public:
   Impl(ServerOptions options, Handler handler)
       : options_(std::move(options)),
         handler_(std::move(handler)),
-        ioc_(std::make_shared<net::io_context>(std::max(1, options_.threads))),
+        ioc_(std::make_shared<DrainableContext>(std::max(1, options_.threads))),
         acceptor_(net::make_strand(*ioc_)) {}
 
   absl::Status Listen();
@@ -75,7 +88,7 @@ class Server::Impl {
 
   ServerOptions options_;
   Handler handler_;
-  std::shared_ptr<net::io_context> ioc_;
+  std::shared_ptr<DrainableContext> ioc_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stopped_{false};
@@ -475,6 +488,7 @@ void Server::Impl::Stop() {
   ioc_->stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  ioc_->DestroyPendingHandlers();
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options,

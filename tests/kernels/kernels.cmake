@@ -19,3 +19,12 @@ foreach(isa scalar avx2)
   set_tests_properties(kernels_test_isa_${isa} PROPERTIES
     LABELS unit ENVIRONMENT PDSERVE_ISA=${isa} TIMEOUT 300)
 endforeach()
+
+# TSan builds (scripts/sanitize.sh tsan): the thread pool suite alone, since
+# kernels_test's counting allocator replaces operator new, which the TSan
+# runtime also defines.
+if(PDSERVE_SANITIZE MATCHES "thread")
+  add_executable(thread_pool_tsan_test ${CMAKE_CURRENT_LIST_DIR}/thread_pool_test.cc)
+  target_link_libraries(thread_pool_tsan_test PRIVATE pdserve_kernels
+    GTest::gtest GTest::gtest_main GTest::gmock)
+endif()

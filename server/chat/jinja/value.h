@@ -43,7 +43,7 @@ class ValueDict {
   const std::vector<std::pair<std::string, Value>>& items() const {
     return items_;
   }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below, once Value is complete
   // Container nesting depth: 1 + the deepest value ever stored.
   int depth() const { return depth_; }
 
@@ -153,6 +153,8 @@ class Value {
                ListPtr, DictPtr, NamespaceRef, MacroRef>
       v_;
 };
+
+inline size_t ValueDict::size() const { return items_.size(); }
 
 template <typename Json>
 absl::StatusOr<Value> Value::FromJson(const Json& json, int max_depth) {
