@@ -164,7 +164,10 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           "tokenizer file when the model has none inside (llama2.c "
           "tokenizer.bin, tokenizer.json)",
           &O::tokenizer),
-      Str("scheduler", "127.0.0.1:50052", "scheduler address", &O::scheduler),
+      Str("scheduler", "127.0.0.1:50052",
+          "scheduler address, or a comma-separated list of cells (one "
+          "scheduler each): requests are routed by prompt prefix, then load",
+          &O::scheduler),
       Str("host", "127.0.0.1", "interface to listen on", &O::host),
       Int("port", "50051", "public gRPC port (0 = any free port)", &O::port, 0,
           65535),
@@ -215,7 +218,7 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
 constexpr const char* kServeOwn[] = {"model",          "host",
                                      "port",           "engine-port",
                                      "scheduler-port", "metrics-port",
-                                     "metrics-host"};
+                                     "metrics-host",   "cells"};
 
 // Adds the rows of `child` to `rows`, skipping serve's own; a name already
 // there (a flag several children have) gets both setters.
@@ -252,6 +255,11 @@ FlagTable<ServeOptions> MakeServeFlags() {
       Int("scheduler-port", "0",
           "scheduler gRPC port on loopback (0 = a free one)",
           &O::scheduler_port, 0, 65535),
+      Int("cells", "1",
+          "cells (a scheduler and its engine each) behind the front end, "
+          "which routes requests by prompt prefix, then load; the engines "
+          "split --threads (or the cores) between them",
+          &O::cells, 1, 64),
       {{"metrics-port", FlagType::kInt, "",
         "first of three /metrics ports: frontend, scheduler, engine (default: "
         "free ports)"},

@@ -96,7 +96,8 @@ struct ServeOptions {
   std::string host;
   int64_t port = 0;
   int64_t engine_port = 0;     // 0 = a free loopback port
-  int64_t scheduler_port = 0;  // 0 = a free loopback port
+  int64_t scheduler_port = 0;  // 0 = a free loopback port (cell 0's)
+  int64_t cells = 1;  // scheduler + engine pairs behind the front end
   std::optional<int64_t> metrics_port;  // first of three; none = free ports
   EngineProcessOptions engine;
   SchedulerProcessOptions scheduler;

@@ -96,6 +96,7 @@ void FrontendMetrics::Register() {
   generation_tokens_ = &CounterFamily(r, kGenerationTokens).Add({});
   write_stalls_ = &CounterFamily(r, kWriteStalls).Add({});
   resubmissions_ = &CounterFamily(r, kResubmissions).Add({});
+  routed_ = &CounterFamily(r, kRouted);
   write_stall_time_ =
       &HistogramFamily(r, kWriteStallTime).Add({}, TokenLatencyBuckets());
   auto& tokenizer = HistogramFamily(r, kTokenizerTime);
@@ -175,6 +176,13 @@ void FrontendMetrics::RecordStreamWriteStall(double seconds) {
 }
 
 void FrontendMetrics::RecordResubmission() { resubmissions_->Increment(); }
+
+void FrontendMetrics::RecordRoute(absl::string_view cell,
+                                  absl::string_view reason) {
+  // Family::Add is thread-safe and returns the existing child.
+  routed_->Add({{"cell", std::string(cell)}, {"reason", std::string(reason)}})
+      .Increment();
+}
 
 void FrontendMetrics::ObserveTokenizer(TokenizerOp op, double seconds) {
   if (seconds >= 0.0 && std::isfinite(seconds)) {

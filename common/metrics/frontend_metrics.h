@@ -61,6 +61,9 @@ class FrontendMetrics {
   // A stream resubmitted after its scheduler call broke.
   void RecordResubmission();
 
+  // A submission routed to `cell` (its scheduler address) for `reason`.
+  void RecordRoute(absl::string_view cell, absl::string_view reason);
+
   // Tokenizer work for one request.
   void ObserveTokenizer(TokenizerOp op, double seconds);
 
@@ -82,6 +85,7 @@ class FrontendMetrics {
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
   prometheus::Counter* resubmissions_ = nullptr;
+  prometheus::Family<prometheus::Counter>* routed_ = nullptr;
   prometheus::Histogram* write_stall_time_ = nullptr;
   std::array<prometheus::Histogram*, 2> tokenizer_{};
   // stop, length, cancelled, error, other.

@@ -214,6 +214,11 @@ inline constexpr MetricSpec kGenerationTokens = {
 inline constexpr MetricSpec kWriteStalls = {
     "pdserve_frontend_stream_write_stalls_total", MetricType::kCounter,
     "Stream writes that blocked on a slow client (flow control)."};
+inline constexpr MetricSpec kRouted = {
+    "pdserve_frontend_routed_requests_total", MetricType::kCounter,
+    "Scheduler submissions (first and resubmitted) by the cell chosen and "
+    "why: prefix (affinity), spilled (affinity cell too loaded), "
+    "least_loaded, none_ready."};
 inline constexpr MetricSpec kResubmissions = {
     "pdserve_frontend_resubmitted_requests_total", MetricType::kCounter,
     "Streams resubmitted with their tokens so far after the scheduler call "
@@ -301,6 +306,7 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kGenerationTokens,
                                                     &kWriteStalls,
                                                     &kResubmissions,
+                                                    &kRouted,
                                                     &kWriteStallTime,
                                                     &kTokenizerTime,
                                                     &kVllmWaiting,

@@ -1,7 +1,9 @@
 // `pdserve serve --model PATH`: starts the engine, scheduler and front end as
-// three child processes on loopback and supervises them. A child that dies
-// is restarted (the scheduler fails in-flight requests with UNAVAILABLE and
-// reconnects; health is NOT_SERVING meanwhile). SIGTERM/SIGINT drains: the
+// child processes on loopback (with --cells N, N engine + scheduler pairs
+// behind the one front end) and supervises them. A child that dies is
+// restarted (the scheduler keeps its requests and resumes them on the
+// restarted engine, the front end resubmits streams to a restarted
+// scheduler; health is NOT_SERVING while no cell is ready). SIGTERM/SIGINT drains: the
 // front end stops taking requests and lets open streams finish, then the
 // scheduler and the engine stop. --model (that it exists) and a --device
 // other than cpu are checked before anything starts. Until the service is
@@ -13,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend_loader.h"
 #include "engine/backend/device_spec.h"
@@ -174,6 +178,20 @@ void Forward(const config::Resolution& resolution,
   }
 }
 
+// Cells share the machine: each engine gets its share of --threads (0 =
+// every core), at least one; a forwarded --threads is replaced.
+void SplitThreads(int64_t threads, int cells, std::vector<std::string>& args) {
+  const int64_t total =
+      threads > 0 ? threads
+                  : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  args.erase(std::remove_if(args.begin(), args.end(),
+                            [](const std::string& a) {
+                              return absl::StartsWith(a, "--threads=");
+                            }),
+             args.end());
+  args.push_back(absl::StrCat("--threads=", std::max<int64_t>(1, total / cells)));
+}
+
 int RunServe(int argc, char** argv) {
   process::BlockTerminationSignals();
   const auto& table = config::ServeFlagTable();
@@ -196,33 +214,53 @@ int RunServe(int argc, char** argv) {
   if (int rc = CheckDevice(o.engine.device); rc != 0) return rc;
   const std::string& host = o.host;
   const std::string port = absl::StrCat(o.port);
-  const std::string engine_port = absl::StrCat(
-      o.engine_port > 0 ? o.engine_port : process::FreeLoopbackPort());
-  const std::string scheduler_port = absl::StrCat(
-      o.scheduler_port > 0 ? o.scheduler_port : process::FreeLoopbackPort());
-  std::vector<std::string> metrics(3);
-  for (int i = 0; i < 3; ++i) {
+  const int cells = static_cast<int>(o.cells);
+  // /metrics ports: the front end's, then each cell's scheduler and engine.
+  std::vector<std::string> metrics(1 + 2 * cells);
+  for (size_t i = 0; i < metrics.size(); ++i) {
     metrics[i] = o.metrics_port.has_value() && *o.metrics_port > 0
-                     ? absl::StrCat(*o.metrics_port + i)
+                     ? absl::StrCat(*o.metrics_port + static_cast<int64_t>(i))
                      : absl::StrCat(process::FreeLoopbackPort());
   }
   const config::Resolution& given = parsed->resolution;
-  Child engine{"engine",
-               {"engine", "--model", o.model, "--host", "127.0.0.1", "--port",
-                engine_port, "--metrics-port", metrics[2]}};
-  Forward(given, config::EngineFlagTable(), engine.args);
-  Child sched{"scheduler",
-              {"scheduler", "--engine", absl::StrCat("127.0.0.1:", engine_port),
-               "--host", "127.0.0.1", "--port", scheduler_port,
-               "--metrics-port", metrics[1]}};
-  Forward(given, config::SchedulerFlagTable(), sched.args);
+  std::vector<Child> engines, scheds;
+  std::vector<std::string> engine_ports, scheduler_ports;
+  for (int c = 0; c < cells; ++c) {
+    engine_ports.push_back(absl::StrCat(c == 0 && o.engine_port > 0
+                                            ? o.engine_port
+                                            : process::FreeLoopbackPort()));
+    scheduler_ports.push_back(absl::StrCat(c == 0 && o.scheduler_port > 0
+                                               ? o.scheduler_port
+                                               : process::FreeLoopbackPort()));
+    Child engine{cells == 1 ? "engine" : absl::StrCat("engine ", c),
+                 {"engine", "--model", o.model, "--host", "127.0.0.1",
+                  "--port", engine_ports[c], "--metrics-port",
+                  metrics[2 + 2 * c]}};
+    Forward(given, config::EngineFlagTable(), engine.args);
+    if (cells > 1) SplitThreads(o.engine.threads, cells, engine.args);
+    Child sched{cells == 1 ? "scheduler" : absl::StrCat("scheduler ", c),
+                {"scheduler", "--engine",
+                 absl::StrCat("127.0.0.1:", engine_ports[c]), "--host",
+                 "127.0.0.1", "--port", scheduler_ports[c], "--metrics-port",
+                 metrics[1 + 2 * c]}};
+    Forward(given, config::SchedulerFlagTable(), sched.args);
+    engines.push_back(std::move(engine));
+    scheds.push_back(std::move(sched));
+  }
+  std::string scheduler_list;
+  for (const std::string& p : scheduler_ports) {
+    absl::StrAppend(&scheduler_list, scheduler_list.empty() ? "" : ",",
+                    "127.0.0.1:", p);
+  }
   Child front{"frontend",
-              {"frontend", "--model", o.model, "--scheduler",
-               absl::StrCat("127.0.0.1:", scheduler_port), "--host", host,
-               "--port", port, "--metrics-port", metrics[0]}};
+              {"frontend", "--model", o.model, "--scheduler", scheduler_list,
+               "--host", host, "--port", port, "--metrics-port", metrics[0]}};
   Forward(given, config::FrontendFlagTable(), front.args);
   const std::string http_port = absl::StrCat(o.frontend.http_port);
-  std::vector<Child*> children = {&engine, &sched, &front};
+  std::vector<Child*> children;
+  for (Child& e : engines) children.push_back(&e);
+  for (Child& s : scheds) children.push_back(&s);
+  children.push_back(&front);
   for (Child* c : children) c->pid = Spawn(*c);
 
   const std::string public_target =
@@ -256,8 +294,8 @@ int RunServe(int argc, char** argv) {
               c->name.c_str(), c->restarts, c->restarts == 1 ? "" : "s");
           c->pid = -1;
           StopChild(front, 5);
-          StopChild(sched, 5);
-          StopChild(engine, 5);
+          for (Child& s : scheds) StopChild(s, 5);
+          for (Child& e : engines) StopChild(e, 5);
           return 1;
         }
         std::this_thread::sleep_for(
@@ -283,21 +321,27 @@ int RunServe(int argc, char** argv) {
       }
       std::printf("  frontend    pid %d  metrics http://127.0.0.1:%s/metrics\n",
                   front.pid, metrics[0].c_str());
-      std::printf(
-          "  scheduler   pid %d  127.0.0.1:%s  metrics "
-          "http://127.0.0.1:%s/metrics\n",
-          sched.pid, scheduler_port.c_str(), metrics[1].c_str());
-      std::printf(
-          "  engine      pid %d  127.0.0.1:%s  metrics "
-          "http://127.0.0.1:%s/metrics\n",
-          engine.pid, engine_port.c_str(), metrics[2].c_str());
+      for (int c = 0; c < cells; ++c) {
+        const std::string cell =
+            cells == 1 ? "" : absl::StrCat("  (cell ", c, ")");
+        std::printf(
+            "  scheduler   pid %d  127.0.0.1:%s  metrics "
+            "http://127.0.0.1:%s/metrics%s\n",
+            scheds[c].pid, scheduler_ports[c].c_str(),
+            metrics[1 + 2 * c].c_str(), cell.c_str());
+        std::printf(
+            "  engine      pid %d  127.0.0.1:%s  metrics "
+            "http://127.0.0.1:%s/metrics%s\n",
+            engines[c].pid, engine_ports[c].c_str(),
+            metrics[2 + 2 * c].c_str(), cell.c_str());
+      }
       std::fflush(stdout);
     }
   }
   std::fprintf(stderr, "pdserve serve: draining\n");
   StopChild(front, static_cast<int>(o.frontend.drain_seconds) + 5);
-  StopChild(sched, 35);
-  StopChild(engine, 10);
+  for (Child& s : scheds) StopChild(s, 35);
+  for (Child& e : engines) StopChild(e, 10);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `pdserve frontend`: the public API process.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -69,13 +70,29 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
                  std::string(api_keys.status().message()).c_str());
     return 2;
   }
-  const std::string& scheduler_addr = flags.scheduler;
-  auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(scheduler_addr));
+  auto router = CellRouter::Create(SplitTargets(flags.scheduler));
+  if (!router.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string(router.status().message()).c_str());
+    return 2;
+  }
+  CellRouter& cells = **router;
+  // Every cell must come up once; later a cell that goes away is skipped by
+  // the router until it is back.
   v1::SchedulerStatus status;
-  if (!WaitForScheduler(scheduler_addr, &status, 600)) {
-    std::fprintf(stderr, "pdserve frontend: scheduler %s not ready\n",
-                 scheduler_addr.c_str());
-    return 1;
+  for (int i = 0; i < cells.size(); ++i) {
+    v1::SchedulerStatus s;
+    if (!WaitForScheduler(cells.target(i), &s, 600)) {
+      std::fprintf(stderr, "pdserve frontend: scheduler %s not ready\n",
+                   cells.target(i).c_str());
+      return 1;
+    }
+    if (i == 0 || s.max_seq_len() < status.max_seq_len()) status = s;
+  }
+  cells.Start();
+  if (cells.size() > 1) {
+    std::printf("pdserve frontend: routing over %d cells (%s)\n", cells.size(),
+                flags.scheduler.c_str());
   }
   const std::string name =
       !flags.served_model_name.empty() ? flags.served_model_name
@@ -128,7 +145,7 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
   }
   metrics::MetricsServer* metrics_server =
       metrics ? metrics->server.get() : nullptr;
-  InferenceServiceImpl service(model->get(), stub.get(),
+  InferenceServiceImpl service(model->get(), &cells,
                                metrics ? metrics->metrics.get() : nullptr);
   service.set_scheduler_recovery(std::chrono::milliseconds(
       static_cast<int64_t>(flags.scheduler_recovery_s * 1000.0)));
@@ -189,19 +206,21 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
   std::thread watcher([&] {
     bool serving = true;
     while (!stop) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(500));
-      v1::SchedulerStatus s;
-      const bool ok = stub->GetStatus(&ctx, v1::GetStatusRequest(), &s).ok() &&
-                      s.engine_ready();
-      if (ok && s.max_seq_len() > 0 &&
-          s.max_seq_len() != context->max_seq_len.load()) {
-        context->max_seq_len.store(s.max_seq_len());
+      // Serving while any cell is; the capacity is the smallest of the
+      // ready cells' (a request must fit wherever it is routed).
+      bool ok = false;
+      int64_t capacity = 0;
+      for (const CellLoad& load : cells.Loads()) {
+        if (!load.ready || load.max_seq_len <= 0) continue;
+        capacity = ok ? std::min(capacity, load.max_seq_len) : load.max_seq_len;
+        ok = true;
+      }
+      if (ok && capacity != context->max_seq_len.load()) {
+        context->max_seq_len.store(capacity);
         std::fprintf(stderr,
-                     "pdserve frontend: the engine's capacity is now %d "
+                     "pdserve frontend: the engine's capacity is now %ld "
                      "tokens\n",
-                     s.max_seq_len());
+                     static_cast<long>(capacity));
       }
       if (ok != serving && !stop) {
         serving = ok;

@@ -173,9 +173,9 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 };
 
 InferenceServiceImpl::InferenceServiceImpl(const ModelContext* model,
-                                           v1::Scheduler::Stub* scheduler,
+                                           CellRouter* cells,
                                            metrics::FrontendMetrics* metrics)
-    : model_(model), scheduler_(scheduler), metrics_(metrics) {}
+    : model_(model), cells_(cells), metrics_(metrics) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext*, const grpc::ByteBuffer* req) {

@@ -35,8 +35,8 @@ class InferenceServiceImpl final
   // `metrics` (not owned, may be null, must outlive the service) receives
   // every Generate call: start, tokenizer time, inter-token gaps, stream
   // write stalls and the finished request.
-  InferenceServiceImpl(const ModelContext* model,
-                       v1::Scheduler::Stub* scheduler,
+  // `cells` (not owned) routes each request to a scheduler.
+  InferenceServiceImpl(const ModelContext* model, CellRouter* cells,
                        metrics::FrontendMetrics* metrics = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
@@ -57,7 +57,7 @@ class InferenceServiceImpl final
   int active_streams() const { return active_; }
   // What a GenerationStream of this front end needs.
   GenerationContext generation_context() const {
-    return {model_, scheduler_, metrics_, scheduler_recovery_};
+    return {model_, cells_, metrics_, scheduler_recovery_};
   }
   // --scheduler-recovery-seconds (before the first request).
   void set_scheduler_recovery(std::chrono::milliseconds recovery) {
@@ -67,7 +67,7 @@ class InferenceServiceImpl final
  private:
   friend class GenerateCall;
   const ModelContext* model_;
-  v1::Scheduler::Stub* scheduler_;
+  CellRouter* cells_;
   metrics::FrontendMetrics* metrics_;
   std::chrono::milliseconds scheduler_recovery_{30000};
   std::atomic<bool> draining_{false};

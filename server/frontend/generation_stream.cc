@@ -217,7 +217,16 @@ void GenerationStream::Submit() {
     call = std::make_shared<SchedulerCall>(self_, std::move(request));
     call_ = call;
   }
-  call->Begin(call, context_.scheduler);
+  // The prompt (plus what the client has) picks the cell: a resubmission
+  // after a lost scheduler may land on another cell, and resumes there.
+  const CellRouter::Route route =
+      context_.cells->Pick(absl::MakeConstSpan(submit_.prompt_ids().data(),
+                                               submit_.prompt_ids_size()));
+  if (context_.metrics != nullptr) {
+    context_.metrics->RecordRoute(context_.cells->target(route.cell),
+                                  RouteReasonName(route.reason));
+  }
+  call->Begin(call, route.stub);
 }
 
 void GenerationStream::Cancel() {

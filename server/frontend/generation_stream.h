@@ -23,6 +23,7 @@
 #include "pdserve/v1/api.pb.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
 #include "server/chat/output_parser.h"
+#include "server/frontend/cell_router.h"
 #include "server/frontend/request_prep.h"
 #include "common/metrics/frontend_metrics.h"
 #include "server/tokenizer/detokenizer.h"
@@ -53,7 +54,9 @@ class GenerationSink {
 // streams. `metrics` may be null.
 struct GenerationContext {
   const ModelContext* model = nullptr;
-  v1::Scheduler::Stub* scheduler = nullptr;
+  // The cells (schedulers) a request may go to; each Submit (the first and
+  // every resubmission) picks one (cell_router.h).
+  CellRouter* cells = nullptr;
   metrics::FrontendMetrics* metrics = nullptr;
   // How long a stream whose scheduler call broke keeps resubmitting (to the
   // restarted scheduler, or whatever answers at the address) before it

@@ -202,6 +202,37 @@ GenerateResult Generate(v1::Inference::Stub* stub,
   return r;
 }
 
+namespace {
+// Field `index` of the summary lines starting with "<role> pid".
+std::vector<std::string> SummaryFields(const std::string& path,
+                                       const std::string& role, size_t index) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(ss.str(), '\n')) {
+    std::vector<std::string> f =
+        absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (f.size() > index && f[0] == role && f[1] == "pid") {
+      out.push_back(f[index]);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> ServeInstance::SchedulerTargets() const {
+  return SummaryFields(out_path_, "scheduler", 3);
+}
+
+std::vector<pid_t> ServeInstance::EnginePids() const {
+  std::vector<pid_t> pids;
+  for (const std::string& p : SummaryFields(out_path_, "engine", 2)) {
+    pids.push_back(static_cast<pid_t>(std::atoi(p.c_str())));
+  }
+  return pids;
+}
+
 pid_t CurrentEnginePid(const ServeInstance& serve) {
   auto engine = serve.EngineClient();
   grpc::ClientContext ctx;

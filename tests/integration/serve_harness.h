@@ -44,6 +44,10 @@ class ServeInstance {
   // "http://127.0.0.1:PORT/v1" ("" when serve ran with --http-port 0).
   const std::string& http_url() const { return http_url_; }
   pid_t pid() const { return pid_; }
+  // Every cell of a `serve --cells N` from its ready summary, in cell
+  // order: each scheduler's address and each engine's pid at start.
+  std::vector<std::string> SchedulerTargets() const;
+  std::vector<pid_t> EnginePids() const;
   std::string log() const;  // serve's stderr so far
   // Waits for serve to exit by itself (after a signal the test sent);
   // returns its wait status, or -1 after `timeout_s`.

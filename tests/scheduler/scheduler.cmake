@@ -7,9 +7,12 @@ pdserve_add_test(NAME simulator_test LABEL unit
 pdserve_add_test(NAME frontend_request_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/frontend_request_test.cc
   LIBS pdserve_frontend)
+pdserve_add_test(NAME cell_router_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cell_router_test.cc
+  LIBS pdserve_frontend)
 pdserve_add_test(NAME delayed_runner_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/delayed_runner_test.cc
-  LIBS pdserve_frontend)
+  LIBS pdserve_delayed_runner)
 pdserve_add_test(NAME live_request_ids_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/live_request_ids_test.cc
   LIBS pdserve_scheduler)

@@ -1,0 +1,163 @@
+// `pdserve serve --cells 2`: two cells (a scheduler and its engine each)
+// behind one front end that routes by prompt prefix, then load.
+//  - 64 streams of distinct prompts spread over both cells, each equal to
+//    its solo run; killing one cell's engine under that load loses no
+//    stream (its cell resumes them by recompute);
+//  - 32 requests that share a 1,536-token prompt prefix (SmolLM2, when
+//    cached) all land on one cell and get >= 90% of their prompt tokens
+//    from its prefix cache.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/serve_harness.h"
+
+namespace pdserve::testing {
+namespace {
+
+int64_t Steps(const std::string& scheduler) {
+  auto stub = v1::Scheduler::NewStub(
+      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::SchedulerStatus status;
+  if (!stub->GetStatus(&ctx, {}, &status).ok()) return -1;
+  return status.steps();
+}
+
+v1::GenerateRequest Story(int i, int tokens) {
+  static const char* const kStarts[] = {"Once upon a time", "The little dog",
+                                        "Tom had a", "One day", "The sun was",
+                                        "Lily and Ben", "There was a",
+                                        "In the park"};
+  v1::GenerateRequest req;
+  req.set_prompt(absl::StrCat(kStarts[i % 8], i / 8 % 2 ? " and" : "",
+                              i / 16 % 2 ? " the" : "",
+                              i / 32 % 2 ? " big" : ""));
+  req.set_max_tokens(tokens);
+  req.set_ignore_eos(true);
+  req.set_return_token_ids(true);
+  return req;
+}
+
+TEST(CellsTest, StreamsSpreadOverCellsAndSurviveOneCellsEngineDying) {
+  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
+  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
+                                 Stories260KTokenizer(), "--kv-memory", "64M",
+                                 "--cells", "2", "--threads", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& serve = **s;
+  const std::vector<std::string> cells = serve.SchedulerTargets();
+  const std::vector<pid_t> engines = serve.EnginePids();
+  ASSERT_EQ(cells.size(), 2u) << serve.log();
+  ASSERT_EQ(engines.size(), 2u);
+  std::vector<v1::GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> solo;
+  auto client = serve.Client();
+  for (int i = 0; i < 64; ++i) {
+    reqs.push_back(Story(i, 64));
+    GenerateResult r = Generate(client.get(), reqs.back());
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    solo.push_back(r.token_ids);
+  }
+  for (int round = 0; round < 2; ++round) {
+    const bool kill_one = round == 1;
+    const int64_t steps0 = Steps(cells[0]), steps1 = Steps(cells[1]);
+    std::vector<GenerateResult> out(reqs.size());
+    std::atomic<int64_t> deltas{0};
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      threads.emplace_back([&, i] {
+        auto stub = serve.Client();
+        out[i] = Generate(stub.get(), reqs[i], &deltas);
+      });
+    }
+    if (kill_one) {
+      while (deltas.load() < 64 * 64 / 4) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(kill(engines[0], SIGKILL), 0);
+      std::printf("kill -9 cell 0's engine %d after %lld deltas\n", engines[0],
+                  static_cast<long long>(deltas.load()));
+    }
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(out[i].status.ok())
+          << "round " << round << ", stream " << i << ": "
+          << out[i].status.error_message();
+      EXPECT_EQ(out[i].token_ids, solo[i]) << "round " << round << ", " << i;
+    }
+    const int64_t d0 = Steps(cells[0]) - steps0, d1 = Steps(cells[1]) - steps1;
+    std::printf("round %d: steps on cell 0: %lld, cell 1: %lld\n", round,
+                static_cast<long long>(d0), static_cast<long long>(d1));
+    if (!kill_one) {
+      EXPECT_GT(d0, 0);
+      EXPECT_GT(d1, 0);
+    }
+  }
+}
+
+TEST(CellsTest, RequestsSharingALongPrefixLandOnOneCellsCache) {
+  const std::string model = SmolLm2();
+  if (model.empty()) GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not cached";
+  auto s = ServeInstance::Start({"--model", model, "--kv-memory", "256M",
+                                 "--cells", "2", "--threads", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& serve = **s;
+  const std::vector<std::string> cells = serve.SchedulerTargets();
+  ASSERT_EQ(cells.size(), 2u);
+  auto client = serve.Client();
+  // A system prompt of 1,536 tokens (tokenized by the front end).
+  std::string system;
+  for (int i = 0; system.size() < 20000; ++i) {
+    system += absl::StrCat("Rule ", i, ": answer briefly and politely. ");
+  }
+  grpc::ClientContext tctx;
+  v1::TokenizeRequest treq;
+  treq.set_text(system);
+  v1::TokenizeResponse tresp;
+  ASSERT_TRUE(client->Tokenize(&tctx, treq, &tresp).ok());
+  ASSERT_GE(tresp.token_ids_size(), 1536);
+  std::vector<int32_t> prefix(tresp.token_ids().begin(),
+                              tresp.token_ids().begin() + 1536);
+  auto request = [&](int i) {
+    v1::GenerateRequest req;
+    req.mutable_prompt_ids()->Add(prefix.begin(), prefix.end());
+    for (int t : {100 + i, 200 + i, 300 + i}) req.add_prompt_ids(t);
+    req.set_max_tokens(4);
+    req.set_return_token_ids(true);
+    return req;
+  };
+  const int64_t steps0 = Steps(cells[0]), steps1 = Steps(cells[1]);
+  GenerateResult first = Generate(client.get(), request(0));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  std::vector<GenerateResult> out(31);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 31; ++i) {
+    threads.emplace_back([&, i] {
+      auto stub = serve.Client();
+      out[i] = Generate(stub.get(), request(i + 1));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 31; ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status.error_message();
+    const v1::Usage& u = out[i].final.usage();
+    EXPECT_GE(u.cached_tokens(), 0.9 * u.prompt_tokens())
+        << "request " << i + 1 << ": " << u.cached_tokens() << " of "
+        << u.prompt_tokens() << " prompt tokens from the cache";
+  }
+  const int64_t d0 = Steps(cells[0]) - steps0, d1 = Steps(cells[1]) - steps1;
+  std::printf("steps on cell 0: %lld, cell 1: %lld\n",
+              static_cast<long long>(d0), static_cast<long long>(d1));
+  EXPECT_TRUE(d0 == 0 || d1 == 0) << "the shared prefix was split over cells";
+}
+
+}  // namespace
+}  // namespace pdserve::testing

@@ -1,0 +1,117 @@
+// The front end's cell routing (server/frontend/cell_router.h): prefix keys,
+// rendezvous affinity that is stable and spreads distinct prefixes, bounded
+// load (spill), least-loaded choice with ties in turn, cells not ready
+// skipped, and the router's argument checks.
+#include "server/frontend/cell_router.h"
+
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::frontend {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<int32_t> Tokens(int n, int32_t first) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+const std::vector<std::string> kIds = {"10.0.0.1:50052", "10.0.0.2:50052",
+                                       "10.0.0.3:50052"};
+
+TEST(CellRouterTest, PrefixKeyCoversWholePagesOfTheLeadingTokens) {
+  EXPECT_FALSE(PrefixKey(Tokens(15, 1)).has_value());  // no whole page
+  ASSERT_TRUE(PrefixKey(Tokens(16, 1)).has_value());
+  // The partial page after the last whole one does not count.
+  EXPECT_EQ(PrefixKey(Tokens(16, 1)), PrefixKey(Tokens(31, 1)));
+  EXPECT_NE(PrefixKey(Tokens(16, 1)), PrefixKey(Tokens(32, 1)));
+  // Past max_tokens the prompts share the key: a long shared system prompt
+  // routes every conversation on it together.
+  std::vector<int32_t> a = Tokens(1500, 1), b = a;
+  b[1400] = 7;
+  EXPECT_EQ(PrefixKey(a), PrefixKey(b));
+  b[3] = 7;
+  EXPECT_NE(PrefixKey(a), PrefixKey(b));
+}
+
+TEST(CellRouterTest, AffinityIsStableAndSpreadsDistinctPrefixes) {
+  const std::vector<CellLoad> loads(3, CellLoad{true, 0, 0, 512});
+  std::vector<int> counts(3, 0);
+  for (int32_t p = 0; p < 3000; ++p) {
+    const auto key = PrefixKey(Tokens(32, p * 64));
+    const RouteDecision d = PickCell(loads, kIds, key, p);
+    ASSERT_GE(d.cell, 0);
+    EXPECT_EQ(d.reason, RouteReason::kPrefix);
+    // The same key lands on the same cell whatever the turn or light load.
+    std::vector<CellLoad> busier = loads;
+    busier[(d.cell + 1) % 3].running = 40;
+    EXPECT_EQ(PickCell(busier, kIds, key, p + 17).cell, d.cell);
+    ++counts[d.cell];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 1000, 150) << c;
+}
+
+TEST(CellRouterTest, AnAffinityCellTooFarBehindIsSpilled) {
+  const auto key = PrefixKey(Tokens(64, 5));
+  std::vector<CellLoad> loads(3, CellLoad{true, 0, 0, 512});
+  const int home = PickCell(loads, kIds, key, 0).cell;
+  loads[home].waiting = 8;  // at the bound: still home
+  EXPECT_EQ(PickCell(loads, kIds, key, 0).cell, home);
+  loads[home].waiting = 9;
+  const RouteDecision d = PickCell(loads, kIds, key, 0);
+  EXPECT_NE(d.cell, home);
+  EXPECT_EQ(d.reason, RouteReason::kSpilled);
+  // Home drops out when it is not ready, and affinity moves to another cell.
+  loads[home] = CellLoad{};
+  const RouteDecision moved = PickCell(loads, kIds, key, 0);
+  EXPECT_NE(moved.cell, home);
+  EXPECT_EQ(moved.reason, RouteReason::kPrefix);
+}
+
+TEST(CellRouterTest, WithoutAPrefixTheLeastLoadedCellTakesTurns) {
+  std::vector<CellLoad> loads = {{true, 2, 5, 512}, {true, 0, 9, 512},
+                                 {true, 0, 3, 512}};
+  RouteDecision d = PickCell(loads, kIds, std::nullopt, 0);
+  EXPECT_EQ(d.cell, 2);  // no queue, fewest running
+  EXPECT_EQ(d.reason, RouteReason::kLeastLoaded);
+  loads[1].running = 3;  // cells 1 and 2 tie
+  EXPECT_EQ(PickCell(loads, kIds, std::nullopt, 0).cell, 1);
+  EXPECT_EQ(PickCell(loads, kIds, std::nullopt, 1).cell, 2);
+  EXPECT_EQ(PickCell(loads, kIds, std::nullopt, 2).cell, 1);
+  loads[1].ready = loads[2].ready = false;
+  EXPECT_EQ(PickCell(loads, kIds, std::nullopt, 1).cell, 0);
+  loads[0].ready = false;
+  d = PickCell(loads, kIds, PrefixKey(Tokens(64, 1)), 0);
+  EXPECT_EQ(d.cell, -1);
+  EXPECT_EQ(d.reason, RouteReason::kNoneReady);
+}
+
+TEST(CellRouterTest, RouterChecksItsCellsAndCountsRoutes) {
+  EXPECT_THAT(CellRouter::Create({}).status().message(),
+              HasSubstr("names no cell"));
+  EXPECT_THAT(CellRouter::Create({"a:1", "b:2", "a:1"}).status().message(),
+              HasSubstr("names cell a:1 twice"));
+  EXPECT_EQ(SplitTargets(" a:1, ,b:2,"),
+            (std::vector<std::string>{"a:1", "b:2"}));
+  auto router = CellRouter::Create({"127.0.0.1:1", "127.0.0.1:2"});
+  ASSERT_TRUE(router.ok());
+  // Not started: no cell is ready, so everything goes to cell 0.
+  EXPECT_EQ((*router)->Pick(Tokens(4, 1)).reason, RouteReason::kNoneReady);
+  (*router)->SetLoads({{true, 0, 0, 512}, {true, 0, 0, 512}});
+  // Short prompts alternate; each routed one counts as waiting until the
+  // next poll, so a burst spreads.
+  const int first = (*router)->Pick(Tokens(4, 1)).cell;
+  const int second = (*router)->Pick(Tokens(4, 1)).cell;
+  EXPECT_NE(first, second);
+  EXPECT_EQ((*router)->RoutedCounts(), (std::vector<int64_t>{2, 1}));
+}
+
+}  // namespace
+}  // namespace pdserve::frontend
