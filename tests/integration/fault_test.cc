@@ -31,11 +31,8 @@ v1::GenerateRequest RawPrompt(const std::string& prompt, int max_tokens) {
 
 std::unique_ptr<ServeInstance> StartStories(
     std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--model", Stories260K(), "--tokenizer",
-                                   Stories260KTokenizer(), "--kv-memory", "64M",
-                                   "--threads", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  auto s = ServeInstance::Start(args);
+  extra.insert(extra.begin(), {"--kv-memory", "64M"});
+  auto s = StartStories260K(extra);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }

@@ -58,10 +58,7 @@ std::vector<GenerateResult> RunTogether(
 }
 
 std::unique_ptr<ServeInstance> StartStories(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--model", Stories260K(), "--tokenizer",
-                                   Stories260KTokenizer(), "--threads", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  auto s = ServeInstance::Start(args);
+  auto s = StartStories260K(extra);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }

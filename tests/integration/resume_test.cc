@@ -129,36 +129,53 @@ bool WaitFor(const std::atomic<int64_t>& deltas, const std::atomic<bool>& done,
 }
 
 std::unique_ptr<ServeInstance> StartStories(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--model", Stories260K(), "--tokenizer",
-                                   Stories260KTokenizer(), "--kv-memory", "64M",
-                                   "--threads", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  auto s = ServeInstance::Start(args);
+  extra.insert(extra.begin(), {"--kv-memory", "64M"});
+  auto s = StartStories260K(extra);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-TEST(ResumeTest, EngineKilledTwiceUnderLoadEveryStreamCompletesUnchanged) {
-  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto serve = StartStories({});
-  ASSERT_NE(serve, nullptr);
-  const Load load = MakeLoad(*serve);
-  std::mt19937_64 rng(ChaosSeed());
-  const int64_t total = static_cast<int64_t>(load.requests.size()) * kTokens;
+// Starts serve (with `extra` arguments), makes the load and its solo runs,
+// and draws the fault moments' generator.
+class ResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
+  }
+  void Begin(std::vector<std::string> extra) {
+    serve_ = StartStories(std::move(extra));
+    ASSERT_NE(serve_, nullptr);
+    load_ = MakeLoad(*serve_);
+    rng_.seed(ChaosSeed());
+    total_ = static_cast<int64_t>(load_.requests.size()) * kTokens;
+  }
+  std::unique_ptr<ServeInstance> serve_;
+  Load load_;
+  std::mt19937_64 rng_;
+  int64_t total_ = 0;
+};
+
+TEST_F(ResumeTest, EngineKilledTwiceUnderLoadEveryStreamCompletesUnchanged) {
+  Begin({});
+  ASSERT_NE(serve_, nullptr);
+  ServeInstance& serve = *serve_;
+  const Load& load = load_;
+  std::mt19937_64& rng = rng_;
+  const int64_t total = total_;
   int kills = 0;
-  RunUnderFault(*serve, load, [&](const std::atomic<int64_t>& deltas,
+  RunUnderFault(serve, load, [&](const std::atomic<int64_t>& deltas,
                                   const std::atomic<bool>& done) {
     int64_t at = std::uniform_int_distribution<int64_t>(
         total / 50, total / 4)(rng);
     for (int k = 0; k < 2; ++k) {
       if (!WaitFor(deltas, done, at)) return;
-      const pid_t pid = CurrentEnginePid(*serve);
+      const pid_t pid = CurrentEnginePid(serve);
       if (pid <= 0 || kill(pid, SIGKILL) != 0) return;
       ++kills;
       std::printf("kill -9 engine %d after %lld deltas\n", pid,
                   static_cast<long long>(deltas.load()));
       // The next kill only once the restarted engine has served some.
-      while (!done.load() && CurrentEnginePid(*serve) <= 0) {
+      while (!done.load() && CurrentEnginePid(serve) <= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       at = deltas.load() +
@@ -167,25 +184,25 @@ TEST(ResumeTest, EngineKilledTwiceUnderLoadEveryStreamCompletesUnchanged) {
   });
   EXPECT_EQ(kills, 2) << "the load ended before the second kill";
   int64_t resumed = 0;
-  EXPECT_GE(SchedulerLosses(*serve, &resumed), 2);
+  EXPECT_GE(SchedulerLosses(serve, &resumed), 2);
   EXPECT_GT(resumed, 0);
   std::printf("%lld requests resumed\n", static_cast<long long>(resumed));
 }
 
-TEST(ResumeTest, HungEngineUnderLoadEveryStreamCompletesUnchanged) {
-  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto serve = StartStories({"--step-timeout", "1"});
-  ASSERT_NE(serve, nullptr);
-  const Load load = MakeLoad(*serve);
-  std::mt19937_64 rng(ChaosSeed());
-  const int64_t total = static_cast<int64_t>(load.requests.size()) * kTokens;
+TEST_F(ResumeTest, HungEngineUnderLoadEveryStreamCompletesUnchanged) {
+  Begin({"--step-timeout", "1"});
+  ASSERT_NE(serve_, nullptr);
+  ServeInstance& serve = *serve_;
+  const Load& load = load_;
+  std::mt19937_64& rng = rng_;
+  const int64_t total = total_;
   bool stopped = false;
-  RunUnderFault(*serve, load, [&](const std::atomic<int64_t>& deltas,
+  RunUnderFault(serve, load, [&](const std::atomic<int64_t>& deltas,
                                   const std::atomic<bool>& done) {
     const int64_t at =
         std::uniform_int_distribution<int64_t>(total / 50, total / 3)(rng);
     if (!WaitFor(deltas, done, at)) return;
-    const pid_t pid = CurrentEnginePid(*serve);
+    const pid_t pid = CurrentEnginePid(serve);
     if (pid <= 0 || kill(pid, SIGSTOP) != 0) return;
     stopped = true;
     std::printf("SIGSTOP engine %d after %lld deltas\n", pid,
@@ -199,7 +216,7 @@ TEST(ResumeTest, HungEngineUnderLoadEveryStreamCompletesUnchanged) {
   });
   EXPECT_TRUE(stopped) << "the load ended before the engine was stopped";
   int64_t resumed = 0;
-  EXPECT_GE(SchedulerLosses(*serve, &resumed), 1);
+  EXPECT_GE(SchedulerLosses(serve, &resumed), 1);
   EXPECT_GT(resumed, 0);
 }
 
@@ -226,30 +243,30 @@ void WaitRestarted(const ServeInstance& serve, const std::string& role,
 // scheduler and the engine at once: the front end resubmits every open
 // stream with the tokens it has, the restarted scheduler waits for the
 // restarted engine, and every stream completes unchanged.
-TEST(ResumeTest, SchedulerKilledThenBothUnderLoadEveryStreamCompletesUnchanged) {
-  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto serve = StartStories({});
-  ASSERT_NE(serve, nullptr);
-  const Load load = MakeLoad(*serve);
-  std::mt19937_64 rng(ChaosSeed());
-  const int64_t total = static_cast<int64_t>(load.requests.size()) * kTokens;
+TEST_F(ResumeTest, SchedulerKilledThenBothUnderLoadEveryStreamCompletesUnchanged) {
+  Begin({});
+  ASSERT_NE(serve_, nullptr);
+  ServeInstance& serve = *serve_;
+  const Load& load = load_;
+  std::mt19937_64& rng = rng_;
+  const int64_t total = total_;
   int faults = 0;
-  RunUnderFault(*serve, load, [&](const std::atomic<int64_t>& deltas,
+  RunUnderFault(serve, load, [&](const std::atomic<int64_t>& deltas,
                                   const std::atomic<bool>& done) {
     const int64_t at =
         std::uniform_int_distribution<int64_t>(total / 50, total / 4)(rng);
     if (!WaitFor(deltas, done, at)) return;
-    const pid_t scheduler = ChildPid(*serve, "scheduler");
+    const pid_t scheduler = ChildPid(serve, "scheduler");
     if (scheduler <= 0 || kill(scheduler, SIGKILL) != 0) return;
     ++faults;
     std::printf("kill -9 scheduler %d after %lld deltas\n", scheduler,
                 static_cast<long long>(deltas.load()));
-    WaitRestarted(*serve, "scheduler", scheduler, done);
+    WaitRestarted(serve, "scheduler", scheduler, done);
     const int64_t next = deltas.load() + std::uniform_int_distribution<int64_t>(
                                              total / 50, total / 8)(rng);
     if (!WaitFor(deltas, done, next)) return;
-    const pid_t scheduler2 = ChildPid(*serve, "scheduler");
-    const pid_t engine = ChildPid(*serve, "engine");
+    const pid_t scheduler2 = ChildPid(serve, "scheduler");
+    const pid_t engine = ChildPid(serve, "engine");
     if (scheduler2 <= 0 || engine <= 0) return;
     kill(engine, SIGKILL);
     kill(scheduler2, SIGKILL);

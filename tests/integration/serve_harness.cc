@@ -233,6 +233,14 @@ std::vector<pid_t> ServeInstance::EnginePids() const {
   return pids;
 }
 
+absl::StatusOr<std::unique_ptr<ServeInstance>> StartStories260K(
+    const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--model", Stories260K(), "--tokenizer",
+                                   Stories260KTokenizer(), "--threads", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return ServeInstance::Start(args);
+}
+
 pid_t CurrentEnginePid(const ServeInstance& serve) {
   auto engine = serve.EngineClient();
   grpc::ClientContext ctx;

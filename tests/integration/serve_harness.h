@@ -72,6 +72,11 @@ struct GenerateResult {
   v1::Final final;
   int deltas = 0;
 };
+// `pdserve serve` on stories260K (its tokenizer, --threads 1) with `extra`
+// arguments after those.
+absl::StatusOr<std::unique_ptr<ServeInstance>> StartStories260K(
+    const std::vector<std::string>& extra);
+
 // `deltas_seen` (optional) is incremented once per delta received, for a
 // test that acts once a load is under way.
 GenerateResult Generate(v1::Inference::Stub* stub,
