@@ -9,6 +9,10 @@
 #include "common/metrics/families.h"
 
 namespace pdserve::metrics {
+
+// The reasons of server/frontend/cell_router.h's RouteReasonName.
+constexpr const char* kRouteReasons[] = {"prefix", "spilled", "least_loaded",
+                                         "none_ready"};
 namespace {
 
 constexpr absl::string_view kFinishReasonNames[] = {
@@ -96,7 +100,10 @@ void FrontendMetrics::Register() {
   generation_tokens_ = &CounterFamily(r, kGenerationTokens).Add({});
   write_stalls_ = &CounterFamily(r, kWriteStalls).Add({});
   resubmissions_ = &CounterFamily(r, kResubmissions).Add({});
-  routed_ = &CounterFamily(r, kRouted);
+  auto& routed = CounterFamily(r, kRouted);
+  for (size_t i = 0; i < routed_.size(); ++i) {
+    routed_[i] = &routed.Add({{"reason", kRouteReasons[i]}});
+  }
   write_stall_time_ =
       &HistogramFamily(r, kWriteStallTime).Add({}, TokenLatencyBuckets());
   auto& tokenizer = HistogramFamily(r, kTokenizerTime);
@@ -177,11 +184,10 @@ void FrontendMetrics::RecordStreamWriteStall(double seconds) {
 
 void FrontendMetrics::RecordResubmission() { resubmissions_->Increment(); }
 
-void FrontendMetrics::RecordRoute(absl::string_view cell,
-                                  absl::string_view reason) {
-  // Family::Add is thread-safe and returns the existing child.
-  routed_->Add({{"cell", std::string(cell)}, {"reason", std::string(reason)}})
-      .Increment();
+void FrontendMetrics::RecordRoute(absl::string_view reason) {
+  for (size_t i = 0; i < routed_.size(); ++i) {
+    if (reason == kRouteReasons[i]) routed_[i]->Increment();
+  }
 }
 
 void FrontendMetrics::ObserveTokenizer(TokenizerOp op, double seconds) {

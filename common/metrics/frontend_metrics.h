@@ -61,8 +61,9 @@ class FrontendMetrics {
   // A stream resubmitted after its scheduler call broke.
   void RecordResubmission();
 
-  // A submission routed to `cell` (its scheduler address) for `reason`.
-  void RecordRoute(absl::string_view cell, absl::string_view reason);
+  // A submission routed to a cell for `reason` (prefix, spilled,
+  // least_loaded or none_ready; others are not counted).
+  void RecordRoute(absl::string_view reason);
 
   // Tokenizer work for one request.
   void ObserveTokenizer(TokenizerOp op, double seconds);
@@ -85,7 +86,7 @@ class FrontendMetrics {
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
   prometheus::Counter* resubmissions_ = nullptr;
-  prometheus::Family<prometheus::Counter>* routed_ = nullptr;
+  std::array<prometheus::Counter*, 4> routed_{};  // by reason, in kRouteReasons
   prometheus::Histogram* write_stall_time_ = nullptr;
   std::array<prometheus::Histogram*, 2> tokenizer_{};
   // stop, length, cancelled, error, other.

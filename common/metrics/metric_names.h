@@ -216,8 +216,8 @@ inline constexpr MetricSpec kWriteStalls = {
     "Stream writes that blocked on a slow client (flow control)."};
 inline constexpr MetricSpec kRouted = {
     "pdserve_frontend_routed_requests_total", MetricType::kCounter,
-    "Scheduler submissions (first and resubmitted) by the cell chosen and "
-    "why: prefix (affinity), spilled (affinity cell too loaded), "
+    "Scheduler submissions (first and resubmitted) by why the cell was "
+    "chosen: prefix (affinity), spilled (affinity cell too loaded), "
     "least_loaded, none_ready."};
 inline constexpr MetricSpec kResubmissions = {
     "pdserve_frontend_resubmitted_requests_total", MetricType::kCounter,

@@ -223,8 +223,7 @@ void GenerationStream::Submit() {
       context_.cells->Pick(absl::MakeConstSpan(submit_.prompt_ids().data(),
                                                submit_.prompt_ids_size()));
   if (context_.metrics != nullptr) {
-    context_.metrics->RecordRoute(context_.cells->target(route.cell),
-                                  RouteReasonName(route.reason));
+    context_.metrics->RecordRoute(RouteReasonName(route.reason));
   }
   call->Begin(call, route.stub);
 }
