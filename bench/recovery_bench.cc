@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_flags.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/serve_harness.h"
 
@@ -35,12 +36,7 @@ double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(q * v.size() + 0.999999);
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
+using bench::Percentile;
 
 struct Options {
   std::string model;

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_flags.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/serve_harness.h"
 
@@ -43,12 +44,7 @@ struct Options {
   double slowdown = 1.5;
 };
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(q * v.size() + 0.999999);
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
+using bench::Percentile;
 
 // Streams one request; appends token arrival times (one entry per token).
 grpc::Status StreamTimes(v1::Inference::Stub* stub,
