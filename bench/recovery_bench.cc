@@ -5,7 +5,7 @@
 // sees), p50 and p99 over the streams, against the same figure with nothing
 // killed and against the time the killed process took to come back (kill to
 // its first answer: the part of the stall no resumption can hide), the
-// tokens recomputed (from the scheduler's log) and whether every stream
+// tokens recomputed (the scheduler's status) and whether every stream
 // completed with its solo tokens.
 //
 //   recovery_bench [--model PATH] [--streams N] [--tokens N] [--threads N]
@@ -16,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +55,7 @@ struct StreamRun {
   grpc::Status status;
   std::vector<int32_t> tokens;
   double max_gap_ms = 0;
+  size_t tokens_before_gap = 0;  // tokens received when the longest gap began
 };
 
 StreamRun Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
@@ -70,7 +70,10 @@ StreamRun Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
   while (reader->Read(&resp)) {
     if (!resp.has_delta() || resp.delta().token_ids_size() == 0) continue;
     const Clock::time_point now = Clock::now();
-    if (last != Clock::time_point{}) r.max_gap_ms = std::max(r.max_gap_ms, Ms(now - last));
+    if (last != Clock::time_point{} && Ms(now - last) > r.max_gap_ms) {
+      r.max_gap_ms = Ms(now - last);
+      r.tokens_before_gap = r.tokens.size();
+    }
     last = now;
     r.tokens.insert(r.tokens.end(), resp.delta().token_ids().begin(),
                     resp.delta().token_ids().end());
@@ -84,7 +87,8 @@ StreamRun Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
 // tokens have streamed. Fills `restart_ms` with kill -> first answer.
 nlohmann::json Run(const ServeInstance& serve, const Options& o,
                    const std::string& role,
-                   const std::vector<std::vector<int32_t>>& solo) {
+                   const std::vector<std::vector<int32_t>>& solo,
+                   std::vector<size_t>* tokens_before_gap) {
   std::vector<StreamRun> runs(o.streams);
   std::atomic<int64_t> deltas{0};
   std::atomic<bool> done{false};
@@ -130,8 +134,10 @@ nlohmann::json Run(const ServeInstance& serve, const Options& o,
   killer.join();
   std::vector<double> stalls;
   int intact = 0;
+  tokens_before_gap->clear();
   for (int i = 0; i < o.streams; ++i) {
     stalls.push_back(runs[i].max_gap_ms);
+    tokens_before_gap->push_back(runs[i].tokens_before_gap);
     intact += runs[i].status.ok() && runs[i].tokens == solo[i];
   }
   nlohmann::json j = {{"stall_p50_ms", Percentile(stalls, 0.5)},
@@ -141,15 +147,62 @@ nlohmann::json Run(const ServeInstance& serve, const Options& o,
   return j;
 }
 
-// The scheduler's "resumed N requests (M tokens to recompute)" lines.
-int64_t RecomputedTokens(const std::string& log) {
-  static const std::regex re(R"(\((\d+) tokens to recompute\))");
-  int64_t sum = 0;
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    sum += std::stoll((*it)[1].str());
+// The scheduler's count of tokens prefilled again to resume requests
+// (SchedulerStatus.recomputed_tokens; -1 when it does not answer).
+int64_t RecomputedTokens(const ServeInstance& serve) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::SchedulerStatus st;
+  if (!serve.SchedulerClient()->GetStatus(&ctx, {}, &st).ok()) return -1;
+  return st.recomputed_tokens();
+}
+
+// The floor under a stall: the same streams' recompute with nothing
+// killed. All of them at once submit their prompt plus the tokens they had
+// when their stall began as a fresh prompt (one extra leading token keeps
+// the prefix cache out of it) and the time to each one's first token is
+// taken; p50 and p99 over the streams.
+nlohmann::json RecomputeFloor(const ServeInstance& serve, const Options& o,
+                              const std::vector<std::vector<int32_t>>& solo,
+                              const std::vector<size_t>& tokens_before_gap) {
+  auto stub = serve.Client();
+  std::vector<double> ttft(o.streams, 0);
+  std::vector<std::thread> threads;
+  int64_t tokens = 0;
+  std::vector<v1::GenerateRequest> reqs(o.streams);
+  for (int i = 0; i < o.streams; ++i) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest treq;
+    treq.set_text(Request(i, o.tokens).prompt());
+    treq.set_add_bos(true);
+    v1::TokenizeResponse tresp;
+    if (!stub->Tokenize(&ctx, treq, &tresp).ok()) return {{"error", "Tokenize failed"}};
+    v1::GenerateRequest& req = reqs[i];
+    req.add_prompt_ids(tresp.token_ids(tresp.token_ids_size() - 1));
+    req.mutable_prompt_ids()->Add(tresp.token_ids().begin(), tresp.token_ids().end());
+    req.mutable_prompt_ids()->Add(solo[i].begin(),
+                                  solo[i].begin() + std::min(solo[i].size(),
+                                                             tokens_before_gap[i]));
+    req.set_max_tokens(1);
+    req.set_ignore_eos(true);
+    tokens += req.prompt_ids_size();
   }
-  return sum;
+  for (int i = 0; i < o.streams; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      const Clock::time_point start = Clock::now();
+      auto reader = stub->Generate(&ctx, reqs[i]);
+      v1::GenerateResponse resp;
+      while (reader->Read(&resp)) {
+        if (resp.has_delta() && ttft[i] == 0) ttft[i] = Ms(Clock::now() - start);
+      }
+      (void)reader->Finish();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return {{"prompt_tokens", tokens},
+          {"ttft_p50_ms", Percentile(ttft, 0.5)},
+          {"ttft_p99_ms", Percentile(ttft, 0.99)}};
 }
 
 int Main(int argc, char** argv) {
@@ -185,12 +238,21 @@ int Main(int argc, char** argv) {
   out["model"] = o.model;
   out["streams"] = o.streams;
   out["tokens"] = o.tokens;
-  out["baseline"] = Run(**serve, o, "", solo);
+  std::vector<size_t> gaps;
+  out["baseline"] = Run(**serve, o, "", solo, &gaps);
   const double base_p99 = out["baseline"]["stall_p99_ms"].get<double>();
   for (const char* role : {"engine", "scheduler"}) {
-    const int64_t before = RecomputedTokens((*serve)->log());
-    nlohmann::json j = Run(**serve, o, role, solo);
-    j["recomputed_tokens"] = RecomputedTokens((*serve)->log()) - before;
+    // A restarted scheduler counts from zero the resubmissions it took.
+    const int64_t before =
+        std::string(role) == "scheduler" ? 0 : RecomputedTokens(**serve);
+    nlohmann::json j = Run(**serve, o, role, solo, &gaps);
+    j["recomputed_tokens"] = RecomputedTokens(**serve) - before;
+    j["recompute_floor"] = RecomputeFloor(**serve, o, solo, gaps);
+    if (j["recompute_floor"].contains("ttft_p50_ms")) {
+      const double floor = j["recompute_floor"]["ttft_p50_ms"].get<double>();
+      j["stall_p50_over_recompute_floor_p50"] =
+          floor > 0 ? j["stall_p50_ms"].get<double>() / floor : 0;
+    }
     const double restart = j["restart_ms"].get<double>();
     j["stall_p99_over_baseline_p99"] =
         base_p99 > 0 ? j["stall_p99_ms"].get<double>() / base_p99 : 0;

@@ -124,6 +124,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
   resp->set_model(s.model);
   resp->set_engine_losses(s.engine_losses);
   resp->set_resumed_requests(s.resumed);
+  resp->set_recomputed_tokens(s.recomputed_tokens);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -348,9 +348,11 @@ void SchedulerShell::ResumeAll() {
       ++resumed;
       recompute_tokens += spec.prompt_len;
     }
+    if (!r.generated.empty()) catching_up_.insert(id);
   }
   const double away_ms = Ms(Clock::now() - *lost_since_);
   resumed_ += resumed;
+  recomputed_tokens_ += recompute_tokens;
   lost_since_.reset();
   recovering_ = false;
   std::fprintf(stderr,
@@ -395,6 +397,16 @@ void SchedulerShell::DrainInbox() {
       r.sink->Close(rpc::ToGrpc(s));
       continue;
     }
+    if (!r.generated.empty()) {
+      // A front end resubmitted it after its scheduler was lost: it
+      // prefills its prompt and the tokens it had again.
+      ++resumed_;
+      recomputed_tokens_ += spec.prompt_len;
+      catching_up_.insert(id);
+      if (options_.metrics != nullptr) {
+        options_.metrics->RecordRecovery(1, spec.prompt_len, -1);
+      }
+    }
     requests_.emplace(id, std::move(r));
   }
   for (uint64_t id : cancels) {
@@ -428,7 +440,14 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
 }
 
 void SchedulerShell::AdaptBudget() {
-  if (options_.itl_slowdown <= 1 || samples_.size() < 8) return;
+  if (options_.itl_slowdown <= 1) return;
+  absl::erase_if(catching_up_,
+                 [&](uint64_t id) { return !requests_.contains(id); });
+  if (!catching_up_.empty()) {
+    policy_->set_step_token_budget(options_.policy.step_token_budget);
+    return;
+  }
+  if (samples_.size() < 8) return;
   if (steps_ % 8 == 0) {
     auto fit =
         FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
@@ -488,6 +507,7 @@ void SchedulerShell::PublishStatus() {
   status_.recovering = recovering_;
   status_.engine_losses = engine_losses_;
   status_.resumed = resumed_;
+  status_.recomputed_tokens = recomputed_tokens_;
   if (policy_ != nullptr) {
     status_.waiting = static_cast<int32_t>(policy_->waiting());
     status_.running = static_cast<int32_t>(policy_->running());

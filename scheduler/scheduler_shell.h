@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "pdserve/v1/scheduler.pb.h"
@@ -76,7 +77,9 @@ struct ShellOptions {
 struct ShellStatus {
   bool engine_ready = false;
   bool recovering = false;  // the engine is lost; its requests wait for it
-  int64_t engine_losses = 0, resumed = 0;
+  // Requests resumed (after an engine loss, or resubmitted by a front end
+  // after a scheduler loss) and the tokens they prefill again.
+  int64_t engine_losses = 0, resumed = 0, recomputed_tokens = 0;
   int32_t waiting = 0, running = 0;
   int64_t steps = 0, preemptions = 0;
   int32_t max_seq_len = 0, vocab_size = 0;
@@ -214,12 +217,17 @@ class SchedulerShell {
   // Set while the engine is lost with requests kept (loop thread only).
   std::optional<Clock::time_point> lost_since_;
   std::string lost_why_;
-  int64_t engine_losses_ = 0, resumed_ = 0;  // loop thread only
+  // Loop thread only.
+  int64_t engine_losses_ = 0, resumed_ = 0, recomputed_tokens_ = 0;
   std::atomic<bool> recovering_{false};  // Submit queues while it is set
   // A resubmitted stream was queued while no engine was ready (any thread
   // sets it; the loop starts a recovery window for it).
   std::atomic<bool> resume_pending_{false};
   int64_t steps_ = 0;                  // loop thread only
+  // Requests resumed (or resubmitted) mid-stream whose first token since
+  // has not come: while any waits, every client of theirs is paused, so the
+  // step budget is not capped for the inter-token latency of the others.
+  absl::flat_hash_set<uint64_t> catching_up_;  // loop thread only
   std::deque<StepSample> samples_;     // recent steps (loop thread only)
   std::optional<StepCostModel> cost_;  // fitted to samples_
 

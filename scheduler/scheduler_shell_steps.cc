@@ -221,6 +221,7 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
     Request& r = it->second;
     if (out.has_token()) {
       if (r.generated.empty()) r.first_token = now;
+      catching_up_.erase(out.seq_id());
       r.last_token = now;
       r.generated.push_back(out.token_id());
       v1::TokenEvent event;

@@ -155,11 +155,12 @@ inline constexpr MetricSpec kEngineLosses = {
     "timeout, restarted, stream broken)."};
 inline constexpr MetricSpec kResumedRequests = {
     "pdserve_scheduler_resumed_requests_total", MetricType::kCounter,
-    "Requests resumed by recompute on an engine after theirs was lost."};
+    "Requests resumed by recompute after their engine was lost, or "
+    "resubmitted by a front end after their scheduler was lost."};
 inline constexpr MetricSpec kRecomputedTokens = {
     "pdserve_scheduler_recomputed_tokens_total", MetricType::kCounter,
     "Prompt and generated tokens prefilled again to resume requests after "
-    "an engine loss."};
+    "an engine or scheduler loss."};
 inline constexpr MetricSpec kUnrecovered = {
     "pdserve_scheduler_unrecovered_requests_total", MetricType::kCounter,
     "Requests ended UNAVAILABLE because their engine was lost and they "

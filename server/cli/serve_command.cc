@@ -41,8 +41,21 @@ struct Child {
   std::string name;
   std::vector<std::string> args;  // after "pdserve"
   pid_t pid = -1;
-  int restarts = 0;
+  int restarts = 0;     // every exit since serve started
+  int quick_exits = 0;  // exits in a row, each within kSteadyRun of its start
+  std::chrono::steady_clock::time_point started;
 };
+
+// A child that ran this long before it exited restarts at once; one that
+// keeps exiting sooner waits 100 ms more for each such exit in a row (at
+// most 2 s), so a crash loop does not spin.
+constexpr std::chrono::seconds kSteadyRun{10};
+
+std::chrono::milliseconds RestartDelay(Child& c) {
+  const auto now = std::chrono::steady_clock::now();
+  c.quick_exits = now - c.started >= kSteadyRun ? 0 : c.quick_exits + 1;
+  return std::chrono::milliseconds(std::min(2000, 100 * c.quick_exits));
+}
 
 // Checks --device before the children start: 2 for a malformed device, 1
 // (message on stderr) when its plugin does not load or the device does not
@@ -110,7 +123,8 @@ bool StartFailed(const Child& c, int status) {
   return usage || c.restarts >= kStartAttempts;
 }
 
-pid_t Spawn(const Child& child) {
+pid_t Spawn(Child& child) {
+  child.started = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid != 0) return pid;
   // Child: default signal mask (the exec'd command blocks what it needs),
@@ -261,18 +275,27 @@ int RunServe(int argc, char** argv) {
   for (Child& e : engines) children.push_back(&e);
   for (Child& s : scheds) children.push_back(&s);
   children.push_back(&front);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, nullptr);
   for (Child* c : children) c->pid = Spawn(*c);
 
   const std::string public_target =
       absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   bool announced = false;
-  sigset_t term;
+  // SIGCHLD wakes the loop the moment a child exits (it is blocked here,
+  // and each child unblocks everything before exec).
+  sigset_t term, wake;
   sigemptyset(&term);
   sigaddset(&term, SIGINT);
   sigaddset(&term, SIGTERM);
+  wake = term;
+  sigaddset(&wake, SIGCHLD);
   const timespec tick{0, 100 * 1000 * 1000};
   while (true) {
-    if (sigtimedwait(&term, nullptr, &tick) > 0) break;
+    const int sig = sigtimedwait(&wake, nullptr, &tick);
+    if (sig > 0 && sigismember(&term, sig)) break;
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -298,8 +321,7 @@ int RunServe(int argc, char** argv) {
           for (Child& e : engines) StopChild(e, 5);
           return 1;
         }
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(std::min(2000, 100 * c->restarts)));
+        std::this_thread::sleep_for(RestartDelay(*c));
         c->pid = Spawn(*c);
       }
     }

@@ -323,9 +323,10 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
     if (context_.metrics != nullptr && attempt == 1) {
       context_.metrics->RecordResubmission();
     }
-    // 20 ms, doubling, at most 500 ms between attempts.
+    // 10 ms, doubling, at most 200 ms between attempts (the channel's own
+    // reconnect backoff is at most 250 ms).
     const auto backoff = std::chrono::milliseconds(
-        std::min<int64_t>(500, int64_t{20} << std::min<int64_t>(attempt - 1, 5)));
+        std::min<int64_t>(200, int64_t{10} << std::min<int64_t>(attempt - 1, 5)));
     std::shared_ptr<GenerationStream> self = self_;
     DelayedRunner::Global().RunAfter(backoff, [self] { self->Resubmit(); });
     return;

@@ -275,6 +275,14 @@ TEST_F(ResumeTest, SchedulerKilledThenBothUnderLoadEveryStreamCompletesUnchanged
                 scheduler2, engine, static_cast<long long>(deltas.load()));
   });
   EXPECT_EQ(faults, 2) << "the load ended before the second fault";
+  // The scheduler restarted last took the front end's resubmissions of
+  // the streams still open at the second fault, and counts them.
+  auto scheduler = serve.SchedulerClient();
+  grpc::ClientContext ctx;
+  v1::SchedulerStatus status;
+  ASSERT_TRUE(scheduler->GetStatus(&ctx, {}, &status).ok());
+  EXPECT_GT(status.resumed_requests(), 0);
+  EXPECT_GT(status.recomputed_tokens(), status.resumed_requests());
 }
 
 }  // namespace
