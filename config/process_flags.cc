@@ -166,7 +166,9 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           &O::tokenizer),
       Str("scheduler", "127.0.0.1:50052",
           "scheduler address, or a comma-separated list of cells (one "
-          "scheduler each): requests are routed by prompt prefix, then load",
+          "scheduler each; dns:///NAME:PORT = every address NAME resolves "
+          "to, re-resolved every 5 s): requests are routed by prompt "
+          "prefix, then load",
           &O::scheduler),
       Str("host", "127.0.0.1", "interface to listen on", &O::host),
       Int("port", "50051", "public gRPC port (0 = any free port)", &O::port, 0,

@@ -1,9 +1,18 @@
 #include "server/frontend/cell_router.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -112,27 +121,89 @@ std::vector<std::string> SplitTargets(const std::string& list) {
   return out;
 }
 
+absl::StatusOr<CellSource> ParseCellSource(const std::string& text) {
+  CellSource source;
+  source.text = text;
+  absl::string_view rest = text;
+  if (!absl::ConsumePrefix(&rest, "dns:///") &&
+      !absl::ConsumePrefix(&rest, "dns:")) {
+    return source;
+  }
+  source.dns = true;
+  const size_t colon = rest.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scheduler ", text,
+        ": a dns source is dns:///NAME:PORT with a port in [1, 65535]"));
+  }
+  source.host = std::string(rest.substr(0, colon));
+  source.port = std::string(rest.substr(colon + 1));
+  return source;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveAddresses(
+    const std::string& host, const std::string& port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("resolving ", host, ": ", gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (a->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr,
+                ip, sizeof(ip));
+      out.push_back(absl::StrCat(ip, ":", port));
+    } else if (a->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6,
+                &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip,
+                sizeof(ip));
+      out.push_back(absl::StrCat("[", ip, "]:", port));
+    }
+  }
+  freeaddrinfo(found);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<CellRouter>> CellRouter::Create(
-    std::vector<std::string> targets) {
-  if (targets.empty()) {
+    std::vector<std::string> sources, Options options) {
+  if (sources.empty()) {
     return absl::InvalidArgumentError("--scheduler names no cell");
   }
   absl::flat_hash_set<std::string> seen;
-  for (const std::string& t : targets) {
+  std::vector<CellSource> parsed;
+  for (const std::string& t : sources) {
     if (!seen.insert(t).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("--scheduler names cell ", t, " twice"));
     }
+    auto source = ParseCellSource(t);
+    if (!source.ok()) return source.status();
+    parsed.push_back(*std::move(source));
   }
-  return std::unique_ptr<CellRouter>(new CellRouter(std::move(targets)));
+  if (!options.resolver) options.resolver = ResolveAddresses;
+  std::unique_ptr<CellRouter> router(
+      new CellRouter(std::move(parsed), std::move(options)));
+  router->Resolve();
+  return router;
 }
 
-CellRouter::CellRouter(std::vector<std::string> targets)
-    : targets_(std::move(targets)),
-      loads_(targets_.size()),
-      routed_(targets_.size(), 0) {
-  for (const std::string& t : targets_) {
-    stubs_.push_back(v1::Scheduler::NewStub(rpc::MakeChannel(t)));
+CellRouter::CellRouter(std::vector<CellSource> sources, Options options)
+    : sources_(std::move(sources)), options_(std::move(options)) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resolved_.resize(sources_.size());
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (!sources_[i].dns) resolved_[i] = {sources_[i].text};
   }
 }
 
@@ -141,60 +212,172 @@ CellRouter::~CellRouter() {
   if (poller_.joinable()) poller_.join();
 }
 
-void CellRouter::Start(int interval_ms) {
-  interval_ms_ = std::max(1, interval_ms);
+void CellRouter::Start() {
   Poll();
   poller_ = std::thread([this] {
+    const auto poll = std::chrono::milliseconds(
+        std::max(1, options_.poll_interval_ms));
+    const auto resolve = std::chrono::milliseconds(
+        std::max(1, options_.resolve_interval_ms));
+    auto next_resolve = std::chrono::steady_clock::now() + resolve;
     while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_));
-      if (!stop_) Poll();
+      std::this_thread::sleep_for(poll);
+      if (stop_) break;
+      if (std::chrono::steady_clock::now() >= next_resolve) {
+        Resolve();
+        next_resolve = std::chrono::steady_clock::now() + resolve;
+      }
+      Poll();
     }
   });
 }
 
+void CellRouter::Resolve() {
+  std::vector<std::optional<std::vector<std::string>>> fresh(sources_.size());
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (!sources_[i].dns) continue;
+    auto addresses = options_.resolver(sources_[i].host, sources_[i].port);
+    if (addresses.ok()) {
+      fresh[i] = *std::move(addresses);
+    } else {
+      std::fprintf(stderr, "pdserve frontend: --scheduler %s: %s\n",
+                   sources_[i].text.c_str(),
+                   std::string(addresses.status().message()).c_str());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> targets;
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (fresh[i].has_value()) resolved_[i] = *std::move(fresh[i]);
+    for (const std::string& t : resolved_[i]) {
+      if (seen.insert(t).second) targets.push_back(t);
+    }
+  }
+  SetTargetsLocked(targets, /*log=*/resolved_once_);
+  resolved_once_ = true;
+}
+
+void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
+                                  bool log) {
+  const absl::flat_hash_set<std::string> wanted(targets.begin(), targets.end());
+  std::vector<Cell> kept;
+  absl::flat_hash_set<std::string> have;
+  for (Cell& c : cells_) {
+    if (wanted.contains(c.target)) {
+      have.insert(c.target);
+      kept.push_back(std::move(c));
+    } else if (log) {
+      std::fprintf(stderr, "pdserve frontend: cell %s left the routing\n",
+                   c.target.c_str());
+    }
+  }
+  for (const std::string& t : targets) {
+    if (have.contains(t)) continue;
+    Cell c;
+    c.target = t;
+    c.stub = v1::Scheduler::NewStub(rpc::MakeChannel(t));
+    kept.push_back(std::move(c));
+    if (log) {
+      std::fprintf(stderr, "pdserve frontend: cell %s joined the routing\n",
+                   t.c_str());
+    }
+  }
+  cells_ = std::move(kept);
+}
+
 void CellRouter::Poll() {
-  std::vector<CellLoad> loads(targets_.size());
-  for (size_t i = 0; i < targets_.size(); ++i) {
+  std::vector<std::pair<std::string, std::shared_ptr<v1::Scheduler::Stub>>>
+      cells;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Cell& c : cells_) cells.emplace_back(c.target, c.stub);
+  }
+  absl::flat_hash_map<std::string, CellLoad> loads;
+  for (const auto& [target, stub] : cells) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(300));
     v1::SchedulerStatus s;
-    if (!stubs_[i]->GetStatus(&ctx, {}, &s).ok()) continue;
-    loads[i] = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len()};
+    CellLoad& load = loads[target];
+    if (!stub->GetStatus(&ctx, {}, &s).ok()) continue;
+    load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len()};
   }
   std::lock_guard<std::mutex> lock(mu_);
-  loads_ = std::move(loads);
+  for (Cell& c : cells_) {
+    auto it = loads.find(c.target);
+    if (it != loads.end()) c.load = it->second;
+  }
+}
+
+bool CellRouter::WaitUntilReady(bool all, int seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (true) {
+    Poll();
+    int ready = 0, known = 0;
+    for (const CellLoad& load : Loads()) {
+      ++known;
+      ready += load.ready;
+    }
+    if (ready > 0 && (!all || ready == known)) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (known == 0) Resolve();
+  }
 }
 
 CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt) {
   std::lock_guard<std::mutex> lock(mu_);
-  const RouteDecision d =
-      PickCell(loads_, targets_, PrefixKey(prompt), turn_.fetch_add(1));
   Route r;
-  r.cell = d.cell < 0 ? 0 : d.cell;
+  if (cells_.empty()) return r;
+  std::vector<CellLoad> loads;
+  std::vector<std::string> ids;
+  loads.reserve(cells_.size());
+  ids.reserve(cells_.size());
+  for (const Cell& c : cells_) {
+    loads.push_back(c.load);
+    ids.push_back(c.target);
+  }
+  const RouteDecision d =
+      PickCell(loads, ids, PrefixKey(prompt), turn_.fetch_add(1));
+  Cell& cell = cells_[d.cell < 0 ? 0 : d.cell];
   r.reason = d.reason;
-  r.stub = stubs_[r.cell].get();
-  ++routed_[r.cell];
+  r.stub = cell.stub;
+  r.target = cell.target;
+  ++cell.routed;
   // A routed request is waiting there until the next poll says otherwise,
   // so a burst between polls spreads instead of piling onto one cell.
-  if (d.cell >= 0 && d.reason != RouteReason::kPrefix) ++loads_[r.cell].waiting;
+  if (d.cell >= 0 && d.reason != RouteReason::kPrefix) ++cell.load.waiting;
   return r;
+}
+
+std::vector<std::string> CellRouter::Targets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const Cell& c : cells_) out.push_back(c.target);
+  return out;
 }
 
 std::vector<CellLoad> CellRouter::Loads() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return loads_;
+  std::vector<CellLoad> out;
+  for (const Cell& c : cells_) out.push_back(c.load);
+  return out;
 }
 
 void CellRouter::SetLoads(std::vector<CellLoad> loads) {
   std::lock_guard<std::mutex> lock(mu_);
-  loads.resize(targets_.size());
-  loads_ = std::move(loads);
+  for (size_t i = 0; i < cells_.size() && i < loads.size(); ++i) {
+    cells_[i].load = loads[i];
+  }
 }
 
 std::vector<int64_t> CellRouter::RoutedCounts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return routed_;
+  std::vector<int64_t> out;
+  for (const Cell& c : cells_) out.push_back(c.routed);
+  return out;
 }
 
 }  // namespace pdserve::frontend

@@ -1,6 +1,7 @@
 // Routing over cells (a cell = one scheduler and its engine). The front end
-// knows one or many cells (--scheduler a:50052,b:50052) and picks one per
-// request (and per resubmission):
+// knows one or many cells (--scheduler a:50052,b:50052, or
+// dns:///cells.ns.svc:50052 for every address a name resolves to, re-resolved
+// while running) and picks one per request (and per resubmission):
 //  1. prefix affinity: requests whose prompts share their leading KV pages
 //     (PrefixKey: a hash of the page-aligned prompt prefix) go to the same
 //     cell, chosen by rendezvous hashing over the ready cells, so its
@@ -15,6 +16,7 @@
 #define PDSERVE_SERVER_FRONTEND_CELL_ROUTER_H_
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
@@ -60,50 +63,101 @@ RouteDecision PickCell(absl::Span<const CellLoad> cells,
                        std::optional<uint64_t> key, uint64_t turn,
                        int64_t spill_waiting = 8);
 
+// Where cells come from. "host:port" is one cell. "dns:///name:port" is
+// every address `name` resolves to, re-resolved while the front end runs
+// (a Kubernetes headless Service lists one address per ready pod).
+struct CellSource {
+  std::string text;  // as given
+  bool dns = false;
+  std::string host, port;  // dns only
+};
+// Parses one source; INVALID_ARGUMENT naming it when a dns source has no
+// name or no numeric port.
+absl::StatusOr<CellSource> ParseCellSource(const std::string& text);
+
+// Resolves `host` to "ip:port" targets ("[ip6]:port" for IPv6), sorted and
+// without duplicates; UNAVAILABLE with the resolver's message when it fails.
+using AddressResolver = std::function<absl::StatusOr<std::vector<std::string>>(
+    const std::string& host, const std::string& port)>;
+absl::StatusOr<std::vector<std::string>> ResolveAddresses(
+    const std::string& host, const std::string& port);
+
 // The cells of one front end. Thread-safe; the poller thread runs from
-// Start() to the destructor.
+// Start() to the destructor. A cell whose address a dns source no longer
+// lists leaves the routing at once; calls already on it keep its stub
+// (Route.stub is shared) and, if its scheduler then goes, are resubmitted to
+// another cell like any call whose scheduler was lost.
 class CellRouter {
  public:
-  // `targets`: host:port of each cell's scheduler (at least one, no
-  // duplicates; INVALID_ARGUMENT otherwise).
+  struct Options {
+    int poll_interval_ms = 100;      // each cell's GetStatus
+    int resolve_interval_ms = 5000;  // dns sources
+    AddressResolver resolver;        // ResolveAddresses when empty
+  };
+  // `sources`: at least one, no duplicates (INVALID_ARGUMENT otherwise).
+  // Dns sources are resolved once here; one that resolves to nothing yet
+  // is not an error (its cells appear when they do).
   static absl::StatusOr<std::unique_ptr<CellRouter>> Create(
-      std::vector<std::string> targets);
+      std::vector<std::string> sources, Options options);
+  static absl::StatusOr<std::unique_ptr<CellRouter>> Create(
+      std::vector<std::string> sources) {
+    return Create(std::move(sources), Options());
+  }
   ~CellRouter();
 
-  // Polls every cell's status each `interval_ms`.
-  void Start(int interval_ms = 100);
+  // Starts the poller: loads every poll_interval_ms, dns every
+  // resolve_interval_ms.
+  void Start();
+  // Polls every cell's status now (the poller's step).
+  void Poll();
+  // Re-resolves the dns sources now (the poller's other step).
+  void Resolve();
+  // Polls until every cell (`all`) or at least one is ready, at most
+  // `seconds`; whether it happened.
+  bool WaitUntilReady(bool all, int seconds);
 
   struct Route {
-    v1::Scheduler::Stub* stub = nullptr;  // never null (cell 0 when none ready)
-    int cell = 0;
+    // Null only when no cell is known at all (dns resolved nothing).
+    std::shared_ptr<v1::Scheduler::Stub> stub;
+    std::string target;
     RouteReason reason = RouteReason::kNoneReady;
   };
-  // The cell for a prompt. With no cell ready it returns cell 0 (whose
-  // scheduler then answers UNAVAILABLE or waits, as a single cell does).
+  // The cell for a prompt. With no cell ready it returns the first cell
+  // (whose scheduler then answers UNAVAILABLE or waits, as a single cell
+  // does).
   Route Pick(absl::Span<const int32_t> prompt);
 
-  int size() const { return static_cast<int>(targets_.size()); }
-  const std::string& target(int cell) const { return targets_[cell]; }
-  v1::Scheduler::Stub* stub(int cell) const { return stubs_[cell].get(); }
-  // Latest loads (as of the last poll, or SetLoads).
+  // The cells now, in the order they were found, with their latest loads
+  // (as of the last poll, or SetLoads) and the requests routed to each.
+  std::vector<std::string> Targets() const;
   std::vector<CellLoad> Loads() const;
-  // Replaces the loads (tests; the poller overwrites them when running).
-  void SetLoads(std::vector<CellLoad> loads);
-  // Requests routed to each cell so far.
   std::vector<int64_t> RoutedCounts() const;
+  // Replaces the loads, in Targets() order (tests; the poller overwrites
+  // them when running).
+  void SetLoads(std::vector<CellLoad> loads);
 
  private:
-  explicit CellRouter(std::vector<std::string> targets);
-  void Poll();
+  struct Cell {
+    std::string target;
+    std::shared_ptr<v1::Scheduler::Stub> stub;
+    CellLoad load;
+    int64_t routed = 0;
+  };
+  CellRouter(std::vector<CellSource> sources, Options options);
+  // Makes the cells exactly `targets` (keeping those already known);
+  // `log`: say on stderr which joined and which left.
+  void SetTargetsLocked(const std::vector<std::string>& targets, bool log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::vector<std::string> targets_;
-  std::vector<std::unique_ptr<v1::Scheduler::Stub>> stubs_;
+  const std::vector<CellSource> sources_;
+  const Options options_;
   mutable std::mutex mu_;
-  std::vector<CellLoad> loads_;    // guarded by mu_
-  std::vector<int64_t> routed_;    // guarded by mu_
+  std::vector<Cell> cells_ ABSL_GUARDED_BY(mu_);
+  // Last good resolution of each source (a failed one keeps the previous).
+  std::vector<std::vector<std::string>> resolved_ ABSL_GUARDED_BY(mu_);
+  bool resolved_once_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> turn_{0};
   std::atomic<bool> stop_{false};
-  int interval_ms_ = 100;
   std::thread poller_;
 };
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/process/process.h"
 #include "proto/rpc_util.h"
@@ -23,27 +24,6 @@ namespace pdserve::frontend {
 namespace {
 
 const std::vector<std::string> kServices = {"pdserve.v1.Inference"};
-
-// Polls the scheduler until it reports a ready engine; fills name/capacity.
-bool WaitForScheduler(const std::string& target, v1::SchedulerStatus* status,
-                      int seconds) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    // A fresh channel per attempt avoids reconnect backoff while it starts.
-    auto stub = v1::Scheduler::NewStub(rpc::MakeChannel(target));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(500));
-    if (stub->GetStatus(&ctx, v1::GetStatusRequest(), status).ok() &&
-        status->engine_ready()) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
-}
-
 
 // Each open HTTP stream holds a socket: lift the soft descriptor limit to
 // the hard one.
@@ -77,22 +57,29 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
     return 2;
   }
   CellRouter& cells = **router;
-  // Every cell must come up once; later a cell that goes away is skipped by
-  // the router until it is back.
+  // Every cell of a static list must come up once; with a dns source, at
+  // least one. Later a cell that goes away is skipped by the router until
+  // it is back (or, from dns, leaves it).
+  const bool any_dns = absl::StrContains(flags.scheduler, "dns:");
+  if (!cells.WaitUntilReady(/*all=*/!any_dns, 600)) {
+    std::fprintf(stderr, "pdserve frontend: no ready scheduler at %s\n",
+                 flags.scheduler.c_str());
+    return 1;
+  }
   v1::SchedulerStatus status;
-  for (int i = 0; i < cells.size(); ++i) {
-    v1::SchedulerStatus s;
-    if (!WaitForScheduler(cells.target(i), &s, 600)) {
-      std::fprintf(stderr, "pdserve frontend: scheduler %s not ready\n",
-                   cells.target(i).c_str());
-      return 1;
+  {
+    int64_t capacity = 0;
+    for (const CellLoad& load : cells.Loads()) {
+      if (!load.ready) continue;
+      capacity = capacity == 0 ? load.max_seq_len
+                               : std::min(capacity, load.max_seq_len);
     }
-    if (i == 0 || s.max_seq_len() < status.max_seq_len()) status = s;
+    status.set_max_seq_len(static_cast<int32_t>(capacity));
   }
   cells.Start();
-  if (cells.size() > 1) {
-    std::printf("pdserve frontend: routing over %d cells (%s)\n", cells.size(),
-                flags.scheduler.c_str());
+  if (cells.Targets().size() > 1 || any_dns) {
+    std::printf("pdserve frontend: routing over %zu cells (%s)\n",
+                cells.Targets().size(), flags.scheduler.c_str());
   }
   const std::string name =
       !flags.served_model_name.empty() ? flags.served_model_name

@@ -169,9 +169,10 @@ class GenerationStream::SchedulerCall
       : stream_(std::move(stream)), request_(std::move(request)) {}
 
   void Begin(const std::shared_ptr<SchedulerCall>& self,
-             v1::Scheduler::Stub* stub) {
+             std::shared_ptr<v1::Scheduler::Stub> stub) {
     self_ = self;
-    stub->async()->Submit(&ctx_, &request_, this);
+    stub_ = std::move(stub);  // its cell may leave the router meanwhile
+    stub_->async()->Submit(&ctx_, &request_, this);
     StartRead(&event_);
     StartCall();
   }
@@ -202,6 +203,7 @@ class GenerationStream::SchedulerCall
  private:
   std::shared_ptr<GenerationStream> stream_;
   std::shared_ptr<SchedulerCall> self_;
+  std::shared_ptr<v1::Scheduler::Stub> stub_;
   grpc::ClientContext ctx_;
   v1::SubmitRequest request_;
   v1::TokenEvent event_;
@@ -219,13 +221,23 @@ void GenerationStream::Submit() {
   }
   // The prompt (plus what the client has) picks the cell: a resubmission
   // after a lost scheduler may land on another cell, and resumes there.
-  const CellRouter::Route route =
+  CellRouter::Route route =
       context_.cells->Pick(absl::MakeConstSpan(submit_.prompt_ids().data(),
                                                submit_.prompt_ids_size()));
   if (context_.metrics != nullptr) {
     context_.metrics->RecordRoute(RouteReasonName(route.reason));
   }
-  call->Begin(call, route.stub);
+  if (route.stub == nullptr) {
+    // No cell is known (a dns source resolved to nothing yet): a transport
+    // failure as far as resubmission goes.
+    OnCallDone(call.get(),
+               grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "no scheduler cell is known (--scheduler "
+                            "resolved to no address)"),
+               /*from_scheduler=*/false);
+    return;
+  }
+  call->Begin(call, std::move(route.stub));
 }
 
 void GenerationStream::Cancel() {

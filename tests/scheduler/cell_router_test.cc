@@ -107,10 +107,83 @@ TEST(CellRouterTest, RouterChecksItsCellsAndCountsRoutes) {
   (*router)->SetLoads({{true, 0, 0, 512}, {true, 0, 0, 512}});
   // Short prompts alternate; each routed one counts as waiting until the
   // next poll, so a burst spreads.
-  const int first = (*router)->Pick(Tokens(4, 1)).cell;
-  const int second = (*router)->Pick(Tokens(4, 1)).cell;
+  const std::string first = (*router)->Pick(Tokens(4, 1)).target;
+  const std::string second = (*router)->Pick(Tokens(4, 1)).target;
   EXPECT_NE(first, second);
   EXPECT_EQ((*router)->RoutedCounts(), (std::vector<int64_t>{2, 1}));
+}
+
+TEST(CellRouterTest, DnsSourcesParseOrSayWhy) {
+  auto s = ParseCellSource("dns:///cells.pdserve.svc:50052");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->dns);
+  EXPECT_EQ(s->host, "cells.pdserve.svc");
+  EXPECT_EQ(s->port, "50052");
+  EXPECT_FALSE(ParseCellSource("10.0.0.1:50052")->dns);
+  for (const char* bad : {"dns:///cells", "dns:///:50052", "dns:///c:0",
+                          "dns:///c:99999", "dns:///c:x"}) {
+    EXPECT_THAT(ParseCellSource(bad).status().message(),
+                HasSubstr("dns:///NAME:PORT with a port in [1, 65535]"))
+        << bad;
+  }
+  // The system resolver: localhost has a loopback address.
+  auto local = ResolveAddresses("localhost", "7");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_THAT(*local, ::testing::Contains(::testing::AnyOf(
+                          std::string("127.0.0.1:7"), std::string("[::1]:7"))));
+  EXPECT_FALSE(ResolveAddresses("no-such-host.invalid", "7").ok());
+}
+
+// Cells behind a dns name come and go with its addresses; a failed
+// resolution keeps the last good set; a stub handed out stays usable after
+// its cell left; with no address at all Pick returns no stub.
+TEST(CellRouterTest, DnsCellsJoinAndLeaveAsTheNameResolves) {
+  std::vector<std::string> answer = {"10.0.0.1:50052", "10.0.0.2:50052"};
+  bool fail = false;
+  CellRouter::Options options;
+  options.resolver = [&](const std::string& host, const std::string& port)
+      -> absl::StatusOr<std::vector<std::string>> {
+    EXPECT_EQ(host, "cells");
+    EXPECT_EQ(port, "50052");
+    if (fail) return absl::UnavailableError("SERVFAIL");
+    return answer;
+  };
+  auto router = CellRouter::Create({"dns:///cells:50052", "10.0.0.9:1"}, options);
+  ASSERT_TRUE(router.ok()) << router.status();
+  CellRouter& r = **router;
+  EXPECT_EQ(r.Targets(), (std::vector<std::string>{
+                             "10.0.0.1:50052", "10.0.0.2:50052", "10.0.0.9:1"}));
+  r.SetLoads({{true, 0, 0, 512}, {true, 0, 0, 512}, {false, 0, 0, 512}});
+  CellRouter::Route held;
+  for (int i = 0; i < 4; ++i) {
+    CellRouter::Route route = r.Pick(Tokens(4, 1));
+    ASSERT_NE(route.stub, nullptr);
+    EXPECT_NE(route.target, "10.0.0.9:1");  // not ready
+    if (route.target == "10.0.0.1:50052") held = route;
+  }
+  ASSERT_NE(held.stub, nullptr);
+
+  // 10.0.0.1 goes, 10.0.0.3 comes: the kept cell keeps its load.
+  answer = {"10.0.0.2:50052", "10.0.0.3:50052"};
+  r.Resolve();
+  EXPECT_EQ(r.Targets(), (std::vector<std::string>{
+                             "10.0.0.2:50052", "10.0.0.9:1", "10.0.0.3:50052"}));
+  EXPECT_TRUE(r.Loads()[0].ready);
+  EXPECT_FALSE(r.Loads()[2].ready);  // until its first poll
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r.Pick(Tokens(4, 1)).target, "10.0.0.2:50052");
+  EXPECT_NE(held.stub, nullptr);  // still owned by the call that holds it
+
+  fail = true;
+  r.Resolve();
+  EXPECT_EQ(r.Targets().size(), 3u);
+
+  fail = false;
+  answer = {};
+  auto dns_only = CellRouter::Create({"dns:///cells:50052"}, options);
+  ASSERT_TRUE(dns_only.ok());
+  EXPECT_TRUE((*dns_only)->Targets().empty());
+  EXPECT_EQ((*dns_only)->Pick(Tokens(4, 1)).stub, nullptr);
+  EXPECT_FALSE((*dns_only)->WaitUntilReady(/*all=*/false, 0));
 }
 
 }  // namespace
