@@ -293,20 +293,36 @@ void CellRouter::Poll() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const Cell& c : cells_) cells.emplace_back(c.target, c.stub);
   }
-  absl::flat_hash_map<std::string, CellLoad> loads;
+  // Each cell's status; a cell that does not answer is not ready.
+  absl::flat_hash_map<std::string, std::pair<CellLoad, bool>> polled;
   for (const auto& [target, stub] : cells) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(300));
     v1::SchedulerStatus s;
-    CellLoad& load = loads[target];
-    if (!stub->GetStatus(&ctx, {}, &s).ok()) continue;
-    load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len()};
+    auto& [load, answered] = polled[target];
+    answered = stub->GetStatus(&ctx, {}, &s).ok();
+    if (answered) {
+      load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len()};
+    }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (Cell& c : cells_) {
-    auto it = loads.find(c.target);
-    if (it != loads.end()) c.load = it->second;
+  std::vector<std::string> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool any_ready = false;
+    for (Cell& c : cells_) {
+      auto it = polled.find(c.target);
+      if (it == polled.end()) continue;
+      const auto& [load, answered] = it->second;
+      // Its scheduler answers but its engine is gone: a lost engine.
+      if (c.load.ready && answered && !load.ready) lost.push_back(c.target);
+      c.load = load;
+      any_ready = any_ready || load.ready;
+    }
+    if (!any_ready) lost.clear();  // nowhere else to go: the cell resumes them
+  }
+  if (options_.on_engine_lost) {
+    for (const std::string& target : lost) options_.on_engine_lost(target);
   }
 }
 

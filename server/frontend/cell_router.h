@@ -93,6 +93,11 @@ class CellRouter {
     int poll_interval_ms = 100;      // each cell's GetStatus
     int resolve_interval_ms = 5000;  // dns sources
     AddressResolver resolver;        // ResolveAddresses when empty
+    // Called from Poll (no lock held) with the target of a cell whose
+    // scheduler answers but whose engine was lost since the last poll,
+    // when another cell is ready (the front end moves that cell's streams
+    // there rather than wait for the engine). May be empty.
+    std::function<void(const std::string& target)> on_engine_lost;
   };
   // `sources`: at least one, no duplicates (INVALID_ARGUMENT otherwise).
   // Dns sources are resolved once here; one that resolves to nothing yet

@@ -13,6 +13,7 @@
 #include "common/process/process.h"
 #include "proto/rpc_util.h"
 #include "server/frontend/frontend_service.h"
+#include "server/frontend/generation_stream.h"
 #include "server/frontend/api_types.h"
 #include "server/frontend/http_api.h"
 #include "server/http/http_server.h"
@@ -50,7 +51,18 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
                  std::string(api_keys.status().message()).c_str());
     return 2;
   }
-  auto router = CellRouter::Create(SplitTargets(flags.scheduler));
+  CellRouter::Options router_options;
+  router_options.on_engine_lost = [](const std::string& target) {
+    const int moved = GenerationStream::MoveOffCell(target);
+    if (moved > 0) {
+      std::fprintf(stderr,
+                   "pdserve frontend: the engine of cell %s was lost; moved "
+                   "its %d streams to the other cells\n",
+                   target.c_str(), moved);
+    }
+  };
+  auto router =
+      CellRouter::Create(SplitTargets(flags.scheduler), router_options);
   if (!router.ok()) {
     std::fprintf(stderr, "pdserve frontend: %s\n",
                  std::string(router.status().message()).c_str());

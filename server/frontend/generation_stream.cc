@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <mutex>
 #include <map>
+#include <utility>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +210,34 @@ class GenerationStream::SchedulerCall
   v1::TokenEvent event_;
 };
 
+int GenerationStream::MoveOffCell(const std::string& target) {
+  std::vector<std::shared_ptr<GenerationStream>> open;
+  {
+    std::lock_guard<std::mutex> lock(Open().mu);
+    for (const auto& [key, weak] : Open().streams) {
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+    }
+  }
+  int moved = 0;
+  for (const auto& s : open) moved += s->MoveIfOn(target);
+  return moved;
+}
+
+bool GenerationStream::MoveIfOn(const std::string& target) {
+  std::shared_ptr<SchedulerCall> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cell_ != target || call_ == nullptr || cancelled_ || final_sent_ ||
+        abort_status_.has_value() || moving_) {
+      return false;
+    }
+    moving_ = true;
+    call = call_;
+  }
+  call->Cancel();  // OnCallDone resubmits, routed anew
+  return true;
+}
+
 void GenerationStream::Submit() {
   v1::SubmitRequest request = submit_;
   std::shared_ptr<SchedulerCall> call;
@@ -226,6 +255,10 @@ void GenerationStream::Submit() {
                                                submit_.prompt_ids_size()));
   if (context_.metrics != nullptr) {
     context_.metrics->RecordRoute(RouteReasonName(route.reason));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cell_ = route.target;
   }
   if (route.stub == nullptr) {
     // No cell is known (a dns source resolved to nothing yet): a transport
@@ -308,14 +341,24 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
                                   const grpc::Status& status,
                                   bool from_scheduler) {
   grpc::Status final_status = status;
-  bool resubmit = false;
+  bool resubmit = false, moved = false;
   int64_t attempt = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (call_.get() == call) call_.reset();
     if (abort_status_.has_value()) final_status = *abort_status_;
-    resubmit = ShouldResubmitLocked(status, from_scheduler, &final_status);
-    if (resubmit) attempt = ++resubmissions_;
+    moved = std::exchange(moving_, false);
+    const bool all_received =
+        submit_.max_new_tokens() > 0 &&
+        static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens();
+    if (moved && !final_sent_ && !cancelled_ && !abort_status_.has_value()) {
+      // Taken off a cell whose engine was lost: carry on elsewhere.
+      resubmit = !all_received;
+      if (all_received) final_status = grpc::Status::OK;
+    } else {
+      resubmit = ShouldResubmitLocked(status, from_scheduler, &final_status);
+    }
+    if (resubmit && !moved) attempt = ++resubmissions_;
     // Every token arrived but the final did not: the length ended it.
     if (!resubmit && !final_sent_ && !cancelled_ &&
         status.error_code() == grpc::StatusCode::UNAVAILABLE &&
@@ -323,6 +366,14 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
         static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens()) {
       final_status = grpc::Status::OK;
     }
+  }
+  if (resubmit && moved) {
+    // Routed anew at once; the cell it left is not ready any more.
+    if (context_.metrics != nullptr) context_.metrics->RecordResubmission();
+    std::shared_ptr<GenerationStream> self = self_;
+    DelayedRunner::Global().RunAfter(std::chrono::milliseconds(0),
+                                     [self] { self->Resubmit(); });
+    return;
   }
   if (resubmit) {
     if (attempt == 1) {

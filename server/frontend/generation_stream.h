@@ -90,6 +90,13 @@ class GenerationStream {
   // OnDone(status). Any thread.
   static void AbortAll(const grpc::Status& status);
 
+  // Moves every open stream now on cell `target` (a scheduler address) to
+  // whichever cell the router picks: its call there is cancelled and the
+  // request resubmitted with the tokens received so far (resume by
+  // recompute). For a cell whose engine was lost while others serve.
+  // Returns how many streams moved. Any thread.
+  static int MoveOffCell(const std::string& target);
+
   // Timings and counts measured so far (method, code and e2e are the
   // caller's to fill).
   metrics::RequestStats Stats() const;
@@ -127,6 +134,8 @@ class GenerationStream {
   void End(const grpc::Status& status);
   // Cancel, ending with `status` instead of CANCELLED.
   void Abort(const grpc::Status& status);
+  // MoveOffCell for this stream; whether it was on `target` and moves.
+  bool MoveIfOn(const std::string& target);
   v1::Final MakeFinalLocked(v1::FinishReason reason) const;
 
   GenerationContext context_;
@@ -157,6 +166,8 @@ class GenerationStream {
   std::optional<grpc::Status> abort_status_ ABSL_GUARDED_BY(mu_);  // AbortAll
   std::shared_ptr<SchedulerCall> call_ ABSL_GUARDED_BY(mu_);  // null in backoff
   std::vector<int32_t> received_ ABSL_GUARDED_BY(mu_);  // every token id
+  std::string cell_ ABSL_GUARDED_BY(mu_);  // target of the current call
+  bool moving_ ABSL_GUARDED_BY(mu_) = false;  // MoveIfOn cancelled the call
   // Since the scheduler call broke, while resubmitting.
   std::optional<Clock::time_point> lost_since_ ABSL_GUARDED_BY(mu_);
   int64_t resubmissions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,15 +2,23 @@
 // behind one front end that routes by prompt prefix, then load.
 //  - 64 streams of distinct prompts spread over both cells, each equal to
 //    its solo run; killing one cell's engine under that load loses no
-//    stream (its cell resumes them by recompute);
+//    stream (the front end moves that cell's streams to the other, which
+//    resumes them by recompute);
+//  - a second front end that finds the cells by DNS (dns:///localhost:P)
+//    routes over both and streams the same tokens;
 //  - 32 requests that share a 1,536-token prompt prefix (SmolLM2, when
 //    cached) all land on one cell and get >= 90% of their prompt tokens
 //    from its prefix cache.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,14 +30,16 @@
 namespace pdserve::testing {
 namespace {
 
-int64_t Steps(const std::string& scheduler) {
+v1::SchedulerStatus Status(const std::string& scheduler) {
   auto stub = v1::Scheduler::NewStub(
       grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   v1::SchedulerStatus status;
-  if (!stub->GetStatus(&ctx, {}, &status).ok()) return -1;
-  return status.steps();
+  if (!stub->GetStatus(&ctx, {}, &status).ok()) status.set_steps(-1);
+  return status;
 }
+
+int64_t Steps(const std::string& scheduler) { return Status(scheduler).steps(); }
 
 v1::GenerateRequest Story(int i, int tokens) {
   static const char* const kStarts[] = {"Once upon a time", "The little dog",
@@ -99,6 +109,10 @@ TEST(CellsTest, StreamsSpreadOverCellsAndSurviveOneCellsEngineDying) {
     if (!kill_one) {
       EXPECT_GT(d0, 0);
       EXPECT_GT(d1, 0);
+    } else {
+      // Cell 0's streams moved: cell 1 took them with their tokens so far.
+      EXPECT_GT(Status(cells[1]).resumed_requests(), 0) << serve.log();
+      EXPECT_NE(serve.log().find("moved its"), std::string::npos);
     }
   }
 }
@@ -157,6 +171,74 @@ TEST(CellsTest, RequestsSharingALongPrefixLandOnOneCellsCache) {
   std::printf("steps on cell 0: %lld, cell 1: %lld\n",
               static_cast<long long>(d0), static_cast<long long>(d1));
   EXPECT_TRUE(d0 == 0 || d1 == 0) << "the shared prefix was split over cells";
+}
+
+// A second front end (its own process) that knows the cells only by name:
+// dns:///localhost:PORT for each cell's scheduler port. It routes over both
+// cells and streams exactly what serve's own front end streams.
+TEST(CellsTest, FrontendFindsCellsByDnsName) {
+  if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
+  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
+                                 Stories260KTokenizer(), "--kv-memory", "64M",
+                                 "--cells", "2", "--threads", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& serve = **s;
+  const std::vector<std::string> cells = serve.SchedulerTargets();
+  ASSERT_EQ(cells.size(), 2u);
+  std::string sources;
+  for (const std::string& cell : cells) {
+    const std::string port = cell.substr(cell.rfind(':') + 1);
+    absl::StrAppend(&sources, sources.empty() ? "" : ",", "dns:///localhost:", port);
+  }
+  const int port = FreePortGuess();
+  const std::string log = std::filesystem::temp_directory_path() /
+                          absl::StrCat("pdserve-dns-fe-", getpid(), ".log");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    std::freopen(log.c_str(), "a", stdout);
+    execl(PdserveBinary().c_str(), "pdserve", "frontend", "--tokenizer",
+          Stories260KTokenizer().c_str(), "--scheduler", sources.c_str(),
+          "--port", absl::StrCat(port).c_str(), "--http-port", "0",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  auto dns_client = v1::Inference::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto client = serve.Client();
+  // Up when it answers a first request (bounded).
+  GenerateResult probe;
+  for (int i = 0; i < 300; ++i) {
+    probe = Generate(dns_client.get(), Story(0, 4));
+    if (probe.status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(probe.status.ok()) << probe.status.error_message();
+  const int64_t steps0 = Steps(cells[0]), steps1 = Steps(cells[1]);
+  std::vector<GenerateResult> out(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto stub = v1::Inference::NewStub(grpc::CreateChannel(
+          absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+      out[i] = Generate(stub.get(), Story(i, 32));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status.error_message();
+    EXPECT_EQ(out[i].token_ids, Generate(client.get(), Story(i, 32)).token_ids) << i;
+  }
+  EXPECT_GT(Steps(cells[0]), steps0);
+  EXPECT_GT(Steps(cells[1]), steps1);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("routing over"), std::string::npos) << text;
+  std::filesystem::remove(log);
 }
 
 }  // namespace

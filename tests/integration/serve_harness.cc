@@ -29,6 +29,8 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+}  // namespace
+
 // A port the kernel just handed out (bound and released: serve binds it
 // again right after).
 int FreePortGuess() {
@@ -46,7 +48,6 @@ int FreePortGuess() {
   return port;
 }
 
-}  // namespace
 
 std::string PdserveBinary() {
   return std::string(PDSERVE_BINARY_DIR) + "/server/cli/pdserve";

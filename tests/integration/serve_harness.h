@@ -22,6 +22,8 @@ namespace pdserve::testing {
 
 // Path of the pdserve binary in this build.
 std::string PdserveBinary();
+// A loopback port the kernel just handed out (bound and released).
+int FreePortGuess();
 // Shared stories260K model files ("" when ../shared is absent).
 std::string Stories260K();
 std::string Stories260KTokenizer();
