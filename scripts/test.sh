@@ -16,7 +16,10 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
 echo "[test] building with $JOBS jobs"
 cmake --build "$BUILD" -j "$JOBS"
 echo "[test] running tests"
-ctest --test-dir "$BUILD" --output-on-failure --timeout 600 "$@"
+# Parallel: unit tests share the cores; integration tests (which start the
+# real processes) hold the pdserve_processes lock, one at a time.
+ctest --test-dir "$BUILD" --output-on-failure --timeout 600 \
+  -j "${PDSERVE_TEST_JOBS:-$JOBS}" "$@"
 # Sanitizers and fuzzing (clang ASan+UBSan, libFuzzer, TSan), opt-in with
 # PDSERVE_SANITIZE_STAGE=1: cold on 2 cores it adds about 16 minutes, which
 # would take CI past its 30-minute budget. The ordinary build replays every

@@ -14,10 +14,10 @@ add_test(NAME http_api_sdk_test
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/http_api_test.py
           --pdserve $<TARGET_FILE:pdserve>)
 set_tests_properties(http_api_sdk_test PROPERTIES
-  LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 600)
+  LABELS integration RESOURCE_LOCK pdserve_processes SKIP_RETURN_CODE 77 TIMEOUT 600)
 # Structured output and tool calls (issue 15) through the same SDKs.
 add_test(NAME structured_output_sdk_test
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/structured_output_test.py
           --pdserve $<TARGET_FILE:pdserve>)
 set_tests_properties(structured_output_sdk_test PROPERTIES
-  LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 900)
+  LABELS integration RESOURCE_LOCK pdserve_processes SKIP_RETURN_CODE 77 TIMEOUT 900)

@@ -32,4 +32,4 @@ add_test(NAME prometheus_scrape_test
   COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/../integration/prometheus_scrape_test.py
           --pdserve $<TARGET_FILE:pdserve>)
 set_tests_properties(prometheus_scrape_test PROPERTIES
-  LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 600)
+  LABELS integration RESOURCE_LOCK pdserve_processes SKIP_RETURN_CODE 77 TIMEOUT 600)
