@@ -13,7 +13,16 @@ DASHBOARD = MON / "grafana" / "pdserve.json"
 ADAPTER = MON / "prometheus" / "adapter-values.yaml"
 NAMES_H = ROOT / "common" / "metrics" / "metric_names.h"
 OVERLAYS = {"cpu": DEPLOY / "kubernetes" / "overlays" / "cpu",
-            "gpu": DEPLOY / "kubernetes" / "overlays" / "gpu"}
+            "gpu": DEPLOY / "kubernetes" / "overlays" / "gpu",
+            "cells": DEPLOY / "kubernetes" / "overlays" / "cells"}
+# The workloads each overlay must render (kind, name).
+WORKLOADS = {
+    "cpu": [("Deployment", n) for n in
+            ("pdserve-frontend", "pdserve-scheduler", "pdserve-engine")],
+    "cells": [("Deployment", "pdserve-frontend"),
+              ("StatefulSet", "pdserve-cell")],
+}
+WORKLOADS["gpu"] = WORKLOADS["cpu"]
 SKIP = 77
 # Series Prometheus makes itself, not exported by any process.
 SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}

@@ -9,8 +9,8 @@ import tempfile
 
 import yaml
 
-from common import (ADAPTER, OVERLAYS, ROOT, Failure, load_yaml_docs, run,
-                    skip, tool)
+from common import (ADAPTER, OVERLAYS, ROOT, WORKLOADS, Failure,
+                    load_yaml_docs, run, skip, tool)
 
 
 # ----------------------------------------------------------- kustomize ---
@@ -18,7 +18,8 @@ from common import (ADAPTER, OVERLAYS, ROOT, Failure, load_yaml_docs, run,
 def kustomize_builtin(directory):
     """Minimal kustomize: resources (files and directories), namespace,
     images, strategic-merge patches by kind+name (lists of named items merge
-    by name), configMapGenerator files (no hash suffix)."""
+    by name; `$patch: delete` removes the object), configMapGenerator files
+    (no hash suffix)."""
     kfile = directory / "kustomization.yaml"
     if not kfile.exists():
         raise Failure(f"{directory} has no kustomization.yaml")
@@ -53,6 +54,9 @@ def kustomize_builtin(directory):
             if not targets:
                 raise Failure(f"{path}: patch matches no {p['kind']} "
                               f"{p['metadata']['name']}")
+            if p.get("$patch") == "delete":
+                docs = [d for d in docs if not any(d is t for t in targets)]
+                continue
             for t in targets:
                 merge(t, p)
     for doc in docs:
@@ -149,14 +153,27 @@ def declared_flags(command):
     return flags
 
 
+def named_port(ports, role):
+    """The container port named `role` ("grpc", "metrics") or "<x>-role"
+    (port names are unique in a pod: a second process says whose)."""
+    for name, number in ports.items():
+        if name == role or name.endswith("-" + role):
+            return number
+    return None
+
+
 def check_workloads(docs, overlay):
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
-    for name in ("pdserve-frontend", "pdserve-scheduler", "pdserve-engine"):
-        if name not in deployments:
-            raise Failure(f"{overlay}: Deployment {name} missing")
+    deployments = {d["metadata"]["name"]: d for d in docs
+                   if d["kind"] in ("Deployment", "StatefulSet")}
+    for kind, name in WORKLOADS[overlay]:
+        if name not in deployments or deployments[name]["kind"] != kind:
+            raise Failure(f"{overlay}: {kind} {name} missing")
+    extra = sorted(set(deployments) - {n for _, n in WORKLOADS[overlay]})
+    if extra:
+        raise Failure(f"{overlay}: unexpected workloads {extra}")
     for name, d in deployments.items():
         sel = d["spec"]["selector"]["matchLabels"]
         labels = d["spec"]["template"]["metadata"]["labels"]
@@ -171,15 +188,17 @@ def check_workloads(docs, overlay):
                 if not g:
                     raise Failure(f"{overlay}: {name}/{c['name']} has no gRPC "
                                   f"{probe}")
-                if g["port"] != ports.get("grpc"):
+                if g["port"] != named_port(ports, "grpc"):
                     raise Failure(f"{overlay}: {name} {probe} port {g['port']}"
-                                  f" is not its grpc port {ports.get('grpc')}")
+                                  f" is not its grpc port "
+                                  f"{named_port(ports, 'grpc')}")
             args = c.get("args", [])
             command = args[0] if args else ""
-            if flag_value(args, "port") != str(ports.get("grpc")):
+            if flag_value(args, "port") != str(named_port(ports, "grpc")):
                 raise Failure(f"{overlay}: {name} --port differs from its "
-                              f"grpc containerPort {ports.get('grpc')}")
-            if flag_value(args, "metrics-port") != str(ports.get("metrics")):
+                              f"grpc containerPort {named_port(ports, 'grpc')}")
+            if flag_value(args, "metrics-port") != str(
+                    named_port(ports, "metrics")):
                 raise Failure(f"{overlay}: {name} --metrics-port differs from "
                               f"its metrics containerPort")
             host = flag_value(args, "metrics-host") or flag_value(args, "host")
@@ -237,13 +256,28 @@ def check_wiring(deployments, by_kind, overlay):
     # Addresses given to --scheduler / --engine name real Services and ports.
     services = {s["metadata"]["name"]: {p["port"] for p in s["spec"]["ports"]}
                 for s in by_kind.get("Service", [])}
+    # dns:///NAME:PORT must name a headless Service (its DNS answer lists
+    # the pods); 127.0.0.1:PORT a port of another container in the pod.
+    headless = {s["metadata"]["name"] for s in by_kind.get("Service", [])
+                if s["spec"].get("clusterIP") == "None"}
     for name, d in deployments.items():
+        pod_ports = {p["containerPort"] for c in containers(d)
+                     for p in c.get("ports", [])}
         for c in containers(d):
             for flag in ("scheduler", "engine"):
                 addr = flag_value(c.get("args", []), flag)
                 if addr is None:
                     continue
-                host, _, port = addr.rpartition(":")
+                dns = addr.startswith("dns:///")
+                host, _, port = addr.removeprefix("dns:///").rpartition(":")
+                if host == "127.0.0.1":
+                    if int(port) not in pod_ports:
+                        raise Failure(f"{overlay}: {name} --{flag}={addr}: no "
+                                      f"container of the pod listens there")
+                    continue
+                if dns and host not in headless:
+                    raise Failure(f"{overlay}: {name} --{flag}={addr}: "
+                                  f"{host} is not a headless Service")
                 if int(port) not in services.get(host, set()):
                     raise Failure(f"{overlay}: {name} --{flag}={addr} names no "
                                   f"Service port")
@@ -253,29 +287,43 @@ def check_wiring(deployments, by_kind, overlay):
                       for k, v in pm["selector"]["matchLabels"].items())]
     if sorted(scraped) != sorted(deployments):
         raise Failure(f"{overlay}: PodMonitor scrapes {scraped}")
+    # Every metrics port of every scraped pod is one of the endpoints.
+    endpoints = {ep["port"] for ep in pm["podMetricsEndpoints"]}
     for n in scraped:
         names = {p["name"] for c in containers(deployments[n])
-                 for p in c.get("ports", [])}
-        for ep in pm["podMetricsEndpoints"]:
-            if ep["port"] not in names:
-                raise Failure(f"{overlay}: {n} has no port {ep['port']}")
-    hpa = by_kind["HorizontalPodAutoscaler"][0]["spec"]
-    if hpa["scaleTargetRef"]["name"] not in deployments:
-        raise Failure(f"{overlay}: HPA targets {hpa['scaleTargetRef']}")
+                 for p in c.get("ports", []) if p["name"].endswith("metrics")}
+        if not names or not names <= endpoints:
+            raise Failure(f"{overlay}: {n} metrics ports {sorted(names)} are "
+                          f"not all scraped ({sorted(endpoints)})")
     adapter = yaml.safe_load(ADAPTER.read_text())["rules"]
     served = {"Pods": {r["name"]["as"] for r in adapter["custom"]},
               "External": {r["name"]["as"] for r in adapter["external"]}}
-    kinds = set()
-    for m in hpa["metrics"]:
-        kinds.add(m["type"])
-        if m["type"] in served:
-            key = m["type"].lower()
-            metric = m[key]["metric"]["name"]
-            if metric not in served[m["type"]]:
-                raise Failure(f"{overlay}: HPA metric {metric} is not served "
-                              f"by the prometheus-adapter rules")
-    if "External" not in kinds:
-        raise Failure(f"{overlay}: HPA is not driven by requests waiting")
+    for hpa_doc in by_kind["HorizontalPodAutoscaler"]:
+        hpa = hpa_doc["spec"]
+        ref = hpa["scaleTargetRef"]
+        target = deployments.get(ref["name"])
+        if target is None or target["kind"] != ref["kind"]:
+            raise Failure(f"{overlay}: HPA targets {ref}")
+        kinds = set()
+        for m in hpa["metrics"]:
+            kinds.add(m["type"])
+            if m["type"] in served:
+                key = m["type"].lower()
+                metric = m[key]["metric"]["name"]
+                if metric not in served[m["type"]]:
+                    raise Failure(f"{overlay}: HPA metric {metric} is not "
+                                  f"served by the prometheus-adapter rules")
+        if ref["name"] == "pdserve-frontend" and "External" not in kinds:
+            raise Failure(f"{overlay}: HPA is not driven by requests waiting")
+    # Every workload of more than one replica has a disruption budget.
+    budgets = by_kind.get("PodDisruptionBudget", [])
+    for n, d in deployments.items():
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        if d["spec"].get("replicas", 1) > 1 and not any(
+                all(labels.get(k) == v for k, v in
+                    b["spec"]["selector"]["matchLabels"].items())
+                for b in budgets):
+            raise Failure(f"{overlay}: {n} has no PodDisruptionBudget")
 
 
 def check_kustomize():
@@ -395,6 +443,58 @@ def check_selftest():
             caught.append(what)  # nothing to check against yet
             continue
         raise Failure(f"mutation not caught: {what}")
-    return f"{len(caught)} broken variants refused"
+    return f"{len(caught) + check_cells_mutations()} broken variants refused"
+
+
+def check_cells_mutations():
+    """Mutations of the rendered cells overlay that must be refused; returns
+    how many were."""
+    base = kustomize_builtin(OVERLAYS["cells"])
+
+    def find(docs, kind, name):
+        return next(d for d in docs if d["kind"] == kind and
+                    d["metadata"]["name"] == name)
+
+    def cell(docs, container):
+        return next(c for c in containers(find(docs, "StatefulSet",
+                                               "pdserve-cell"))
+                    if c["name"] == container)
+
+    def set_arg(c, flag, value):
+        c["args"] = [a for a in c["args"] if not a.startswith(f"--{flag}=")]
+        c["args"].append(f"--{flag}={value}")
+
+    def frontend(docs):
+        return containers(find(docs, "Deployment", "pdserve-frontend"))[0]
+
+    mutations = {
+        "dns name not headless": lambda d: find(
+            d, "Service", "pdserve-cells")["spec"].pop("clusterIP"),
+        "dns port not served": lambda d: set_arg(
+            frontend(d), "scheduler", "dns:///pdserve-cells:9999"),
+        "engine not in the pod": lambda d: set_arg(
+            cell(d, "scheduler"), "engine", "127.0.0.1:9999"),
+        "engine metrics not scraped": lambda d: find(
+            d, "PodMonitor", "pdserve")["spec"]["podMetricsEndpoints"].pop(),
+        "cell HPA on an unserved metric": lambda d: find(
+            d, "HorizontalPodAutoscaler", "pdserve-cell")["spec"]["metrics"][
+            0]["pods"]["metric"].update(name="other"),
+        "cells without a disruption budget": lambda d: d.remove(
+            find(d, "PodDisruptionBudget", "pdserve-cell")),
+        "engine probe on the scheduler's port": lambda d: cell(
+            d, "engine")["readinessProbe"]["grpc"].update(port=50052),
+    }
+    for what, mutate in mutations.items():
+        docs = copy.deepcopy(base)
+        mutate(docs)
+        try:
+            deployments, by_kind = check_workloads(docs, "cells")
+            check_wiring(deployments, by_kind, "cells")
+        except Failure:
+            continue
+        except (KeyError, StopIteration):
+            raise Failure(f"cells mutation {what!r} crashed the checks")
+        raise Failure(f"cells mutation not caught: {what}")
+    return len(mutations)
 
 
