@@ -56,11 +56,16 @@ v1::GenerateRequest Story(int i, int tokens) {
   return req;
 }
 
+// `serve --cells 2` on stories260K, one thread per cell.
+absl::StatusOr<std::unique_ptr<ServeInstance>> StartTwoStoryCells() {
+  return ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
+                               Stories260KTokenizer(), "--kv-memory", "64M",
+                               "--cells", "2", "--threads", "2"});
+}
+
 TEST(CellsTest, StreamsSpreadOverCellsAndSurviveOneCellsEngineDying) {
   if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
-                                 Stories260KTokenizer(), "--kv-memory", "64M",
-                                 "--cells", "2", "--threads", "2"});
+  auto s = StartTwoStoryCells();
   ASSERT_TRUE(s.ok()) << s.status();
   auto& serve = **s;
   const std::vector<std::string> cells = serve.SchedulerTargets();
@@ -178,9 +183,7 @@ TEST(CellsTest, RequestsSharingALongPrefixLandOnOneCellsCache) {
 // cells and streams exactly what serve's own front end streams.
 TEST(CellsTest, FrontendFindsCellsByDnsName) {
   if (Stories260K().empty()) GTEST_SKIP() << "no ../shared/models/stories260K";
-  auto s = ServeInstance::Start({"--model", Stories260K(), "--tokenizer",
-                                 Stories260KTokenizer(), "--kv-memory", "64M",
-                                 "--cells", "2", "--threads", "2"});
+  auto s = StartTwoStoryCells();
   ASSERT_TRUE(s.ok()) << s.status();
   auto& serve = **s;
   const std::vector<std::string> cells = serve.SchedulerTargets();
