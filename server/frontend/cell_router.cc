@@ -261,29 +261,40 @@ void CellRouter::Resolve() {
 void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
                                   bool log) {
   const absl::flat_hash_set<std::string> wanted(targets.begin(), targets.end());
-  std::vector<Cell> kept;
+  std::vector<std::string> kept_targets;
+  std::vector<std::shared_ptr<v1::Scheduler::Stub>> kept_stubs;
+  std::vector<CellLoad> kept_loads;
+  std::vector<int64_t> kept_routed;
   absl::flat_hash_set<std::string> have;
-  for (Cell& c : cells_) {
-    if (wanted.contains(c.target)) {
-      have.insert(c.target);
-      kept.push_back(std::move(c));
+  auto keep = [&](std::string target,
+                  std::shared_ptr<v1::Scheduler::Stub> stub, CellLoad load,
+                  int64_t routed) {
+    kept_targets.push_back(std::move(target));
+    kept_stubs.push_back(std::move(stub));
+    kept_loads.push_back(load);
+    kept_routed.push_back(routed);
+  };
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    if (wanted.contains(targets_[i])) {
+      have.insert(targets_[i]);
+      keep(targets_[i], stubs_[i], loads_[i], routed_[i]);
     } else if (log) {
       std::fprintf(stderr, "pdserve frontend: cell %s left the routing\n",
-                   c.target.c_str());
+                   targets_[i].c_str());
     }
   }
   for (const std::string& t : targets) {
     if (have.contains(t)) continue;
-    Cell c;
-    c.target = t;
-    c.stub = v1::Scheduler::NewStub(rpc::MakeChannel(t));
-    kept.push_back(std::move(c));
+    keep(t, v1::Scheduler::NewStub(rpc::MakeChannel(t)), CellLoad{}, 0);
     if (log) {
       std::fprintf(stderr, "pdserve frontend: cell %s joined the routing\n",
                    t.c_str());
     }
   }
-  cells_ = std::move(kept);
+  targets_ = std::move(kept_targets);
+  stubs_ = std::move(kept_stubs);
+  loads_ = std::move(kept_loads);
+  routed_ = std::move(kept_routed);
 }
 
 void CellRouter::Poll() {
@@ -291,7 +302,9 @@ void CellRouter::Poll() {
       cells;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const Cell& c : cells_) cells.emplace_back(c.target, c.stub);
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      cells.emplace_back(targets_[i], stubs_[i]);
+    }
   }
   // Each cell's status; a cell that does not answer is not ready.
   absl::flat_hash_map<std::string, std::pair<CellLoad, bool>> polled;
@@ -310,13 +323,15 @@ void CellRouter::Poll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     bool any_ready = false;
-    for (Cell& c : cells_) {
-      auto it = polled.find(c.target);
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      auto it = polled.find(targets_[i]);
       if (it == polled.end()) continue;
       const auto& [load, answered] = it->second;
       // Its scheduler answers but its engine is gone: a lost engine.
-      if (c.load.ready && answered && !load.ready) lost.push_back(c.target);
-      c.load = load;
+      if (loads_[i].ready && answered && !load.ready) {
+        lost.push_back(targets_[i]);
+      }
+      loads_[i] = load;
       any_ready = any_ready || load.ready;
     }
     if (!any_ready) lost.clear();  // nowhere else to go: the cell resumes them
@@ -346,54 +361,56 @@ bool CellRouter::WaitUntilReady(bool all, int seconds) {
 CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt) {
   std::lock_guard<std::mutex> lock(mu_);
   Route r;
-  if (cells_.empty()) return r;
-  std::vector<CellLoad> loads;
-  std::vector<std::string> ids;
-  loads.reserve(cells_.size());
-  ids.reserve(cells_.size());
-  for (const Cell& c : cells_) {
-    loads.push_back(c.load);
-    ids.push_back(c.target);
-  }
+  if (targets_.empty()) return r;
   const RouteDecision d =
-      PickCell(loads, ids, PrefixKey(prompt), turn_.fetch_add(1));
-  Cell& cell = cells_[d.cell < 0 ? 0 : d.cell];
+      PickCell(loads_, targets_, PrefixKey(prompt), turn_.fetch_add(1));
+  const size_t cell = d.cell < 0 ? 0 : static_cast<size_t>(d.cell);
   r.reason = d.reason;
-  r.stub = cell.stub;
-  r.target = cell.target;
-  ++cell.routed;
+  r.stub = stubs_[cell];
+  r.target = targets_[cell];
+  ++routed_[cell];
   // A routed request is waiting there until the next poll says otherwise,
   // so a burst between polls spreads instead of piling onto one cell.
-  if (d.cell >= 0 && d.reason != RouteReason::kPrefix) ++cell.load.waiting;
+  if (d.cell >= 0 && d.reason != RouteReason::kPrefix) ++loads_[cell].waiting;
   return r;
 }
 
 std::vector<std::string> CellRouter::Targets() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> out;
-  for (const Cell& c : cells_) out.push_back(c.target);
-  return out;
+  return targets_;
 }
 
 std::vector<CellLoad> CellRouter::Loads() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<CellLoad> out;
-  for (const Cell& c : cells_) out.push_back(c.load);
-  return out;
+  return loads_;
 }
 
 void CellRouter::SetLoads(std::vector<CellLoad> loads) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < cells_.size() && i < loads.size(); ++i) {
-    cells_[i].load = loads[i];
+  for (size_t i = 0; i < loads_.size() && i < loads.size(); ++i) {
+    loads_[i] = loads[i];
   }
+}
+
+int64_t CellRouter::ReadyCapacity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t capacity = 0;
+  for (const CellLoad& load : loads_) {
+    if (!load.ready || load.max_seq_len <= 0) continue;
+    capacity = capacity == 0 ? load.max_seq_len
+                             : std::min(capacity, load.max_seq_len);
+  }
+  return capacity;
+}
+
+bool CellRouter::has_dns_source() const {
+  return std::any_of(sources_.begin(), sources_.end(),
+                     [](const CellSource& s) { return s.dns; });
 }
 
 std::vector<int64_t> CellRouter::RoutedCounts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int64_t> out;
-  for (const Cell& c : cells_) out.push_back(c.routed);
-  return out;
+  return routed_;
 }
 
 }  // namespace pdserve::frontend

@@ -140,14 +140,13 @@ class CellRouter {
   // Replaces the loads, in Targets() order (tests; the poller overwrites
   // them when running).
   void SetLoads(std::vector<CellLoad> loads);
+  // The smallest capacity (max_seq_len) of the ready cells: a request must
+  // fit wherever it is routed. 0 when no cell is ready.
+  int64_t ReadyCapacity() const;
+  // Whether a source is dns:/// (its cells may come and go).
+  bool has_dns_source() const;
 
  private:
-  struct Cell {
-    std::string target;
-    std::shared_ptr<v1::Scheduler::Stub> stub;
-    CellLoad load;
-    int64_t routed = 0;
-  };
   CellRouter(std::vector<CellSource> sources, Options options);
   // Makes the cells exactly `targets` (keeping those already known);
   // `log`: say on stderr which joined and which left.
@@ -157,7 +156,12 @@ class CellRouter {
   const std::vector<CellSource> sources_;
   const Options options_;
   mutable std::mutex mu_;
-  std::vector<Cell> cells_ ABSL_GUARDED_BY(mu_);
+  // The cells, in the order found: index i of each vector is one cell
+  // (kept as parallel vectors so that Pick hands them to PickCell as is).
+  std::vector<std::string> targets_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<v1::Scheduler::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::vector<CellLoad> loads_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> routed_ ABSL_GUARDED_BY(mu_);
   // Last good resolution of each source (a failed one keeps the previous).
   std::vector<std::vector<std::string>> resolved_ ABSL_GUARDED_BY(mu_);
   bool resolved_once_ ABSL_GUARDED_BY(mu_) = false;

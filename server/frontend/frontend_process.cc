@@ -8,7 +8,6 @@
 #include <optional>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/process/process.h"
 #include "proto/rpc_util.h"
@@ -72,24 +71,14 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
   // Every cell of a static list must come up once; with a dns source, at
   // least one. Later a cell that goes away is skipped by the router until
   // it is back (or, from dns, leaves it).
-  const bool any_dns = absl::StrContains(flags.scheduler, "dns:");
-  if (!cells.WaitUntilReady(/*all=*/!any_dns, 600)) {
+  if (!cells.WaitUntilReady(/*all=*/!cells.has_dns_source(), 600)) {
     std::fprintf(stderr, "pdserve frontend: no ready scheduler at %s\n",
                  flags.scheduler.c_str());
     return 1;
   }
-  v1::SchedulerStatus status;
-  {
-    int64_t capacity = 0;
-    for (const CellLoad& load : cells.Loads()) {
-      if (!load.ready) continue;
-      capacity = capacity == 0 ? load.max_seq_len
-                               : std::min(capacity, load.max_seq_len);
-    }
-    status.set_max_seq_len(static_cast<int32_t>(capacity));
-  }
+  const int64_t start_capacity = cells.ReadyCapacity();
   cells.Start();
-  if (cells.Targets().size() > 1 || any_dns) {
+  if (cells.Targets().size() > 1 || cells.has_dns_source()) {
     std::printf("pdserve frontend: routing over %zu cells (%s)\n",
                 cells.Targets().size(), flags.scheduler.c_str());
   }
@@ -127,7 +116,7 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
                  std::string(model.status().message()).c_str());
     return 1;
   }
-  (*model)->max_seq_len = status.max_seq_len();
+  (*model)->max_seq_len = start_capacity;
   auto metrics_flags =
       metrics::MetricsFlagsFromOptions(flags.metrics, flags.host, name);
   std::optional<metrics::FrontendMetricsHandle> metrics;
@@ -189,7 +178,7 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
   http_api.SetReady(true);
   if (metrics_server) metrics_server->SetReady(true);
   std::printf("pdserve frontend: serving %s on %s:%d (capacity %d tokens)\n",
-              name.c_str(), host.c_str(), server->port, status.max_seq_len());
+              name.c_str(), host.c_str(), server->port, static_cast<int>(start_capacity));
   if (http_server != nullptr) {
     std::printf("pdserve frontend: HTTP API on http://%s:%d/v1%s\n",
                 host.c_str(), http_server->port(),
@@ -207,13 +196,8 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
     while (!stop) {
       // Serving while any cell is; the capacity is the smallest of the
       // ready cells' (a request must fit wherever it is routed).
-      bool ok = false;
-      int64_t capacity = 0;
-      for (const CellLoad& load : cells.Loads()) {
-        if (!load.ready || load.max_seq_len <= 0) continue;
-        capacity = ok ? std::min(capacity, load.max_seq_len) : load.max_seq_len;
-        ok = true;
-      }
+      const int64_t capacity = cells.ReadyCapacity();
+      const bool ok = capacity > 0;
       if (ok && capacity != context->max_seq_len.load()) {
         context->max_seq_len.store(capacity);
         std::fprintf(stderr,

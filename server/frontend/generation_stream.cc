@@ -362,8 +362,7 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
     // Every token arrived but the final did not: the length ended it.
     if (!resubmit && !final_sent_ && !cancelled_ &&
         status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        !from_scheduler && submit_.max_new_tokens() > 0 &&
-        static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens()) {
+        !from_scheduler && all_received) {
       final_status = grpc::Status::OK;
     }
   }
