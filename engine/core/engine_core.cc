@@ -67,6 +67,7 @@ struct EngineSequence {
   // Prompt tokens taken from the prefix cache that plans still count as
   // pending: the next plan entries consume them without compute.
   int64_t cached_skip = 0;
+  bool export_kv = false;  // leave a KvHandoff when the length ends it
 
   explicit EngineSequence(SequenceState s) : state(std::move(s)) {}
   // Tokens available to process (prompt, or the pending sampled token).
@@ -137,6 +138,13 @@ class EngineCore::Impl {
   }
   int64_t ResidentBytes() const { return pool_->ResidentBytes(); }
   absl::Span<const float> LastLogits(SequenceId id) const;
+  absl::Status MarkForExport(SequenceId id);
+  std::vector<std::pair<SequenceId, KvHandoff>> TakeExports() {
+    return std::exchange(exports_, {});
+  }
+  absl::Status ImportKv(SequenceId id, const KvHandoff& handoff,
+                        const std::string& model);
+  KvHandoffShape HandoffShape() const { return pool_->HandoffShape(); }
 
   const KvGeometry& geometry() const { return pool_->geometry(); }
   int64_t max_seq_len() const { return options_.max_seq_len; }
@@ -164,7 +172,10 @@ class EngineCore::Impl {
   void Apply(EngineSequence& seq, const SampledToken& sampled,
              SequenceStepResult& out);
   void Finish(EngineSequence& seq, FinishReason reason);
+  // MarkForExport's snapshot of `seq` (its KV still in the pool).
+  void ExportFinished(const EngineSequence& seq);
 
+  std::vector<std::pair<SequenceId, KvHandoff>> exports_;
   std::shared_ptr<const ModelWeights> weights_;
   ThreadPool* threads_;
   EngineOptions options_;
@@ -608,9 +619,72 @@ void EngineCore::Impl::Apply(EngineSequence& seq, const SampledToken& sampled,
 
 void EngineCore::Impl::Finish(EngineSequence& seq, FinishReason reason) {
   seq.finish = reason;
+  if (seq.export_kv && reason == FinishReason::kLength) ExportFinished(seq);
   (void)pool_->Remove(seq.id);  // pages back at once
   --running_;
   ++finished_;
+}
+
+absl::Status EngineCore::Impl::MarkForExport(SequenceId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  if (!pool_->has_storage()) {
+    return absl::FailedPreconditionError(
+        "this engine's KV lives on a device; it cannot hand a prefill off");
+  }
+  it->second->export_kv = true;
+  return absl::OkStatus();
+}
+
+void EngineCore::Impl::ExportFinished(const EngineSequence& seq) {
+  const int64_t n = seq.state.next_pos();
+  if (n <= 0) return;
+  KvHandoff h;
+  h.shape = pool_->HandoffShape();
+  h.capacity = options_.max_seq_len;
+  h.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + n);
+  h.mask.assign(static_cast<size_t>(h.capacity), 0);
+  std::fill(h.mask.begin(), h.mask.begin() + n, 1);
+  if (pool_->ExportPages(seq.id, n, &h.kv, &h.linear_state).ok()) {
+    exports_.emplace_back(seq.id, std::move(h));
+  }
+}
+
+absl::Status EngineCore::Impl::ImportKv(SequenceId id,
+                                        const KvHandoff& handoff,
+                                        const std::string& model) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  EngineSequence& seq = *it->second;
+  absl::StatusOr<SequenceState> contract = ValidateHandoff(
+      handoff, model, pool_->HandoffShape(), options_.max_seq_len);
+  if (!contract.ok()) return contract.status();
+  const int64_t n = static_cast<int64_t>(handoff.tokens.size());
+  if (seq.state.next_pos() != 0 || seq.cached_skip != 0 ||
+      seq.finish != FinishReason::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " has started; a hand-off goes into a new one"));
+  }
+  if (n >= seq.prompt_len ||
+      !std::equal(handoff.tokens.begin(), handoff.tokens.end(),
+                  seq.tokens.begin())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": the hand-off's ", n,
+        " tokens are not a proper prefix of its prompt of ", seq.prompt_len,
+        " tokens"));
+  }
+  if (absl::Status s = pool_->ImportPages(id, n, handoff.kv,
+                                          handoff.linear_state);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = seq.state.Advance(n); !s.ok()) return s;
+  seq.cached_skip = n;
+  return absl::OkStatus();
 }
 
 absl::Status EngineCore::Impl::Release(SequenceId id) {
@@ -749,6 +823,19 @@ absl::Status EngineCore::Step(absl::Span<const StepPlanEntry> plan,
 }
 
 absl::Status EngineCore::Release(SequenceId id) { return impl_->Release(id); }
+absl::Status EngineCore::MarkForExport(SequenceId id) {
+  return impl_->MarkForExport(id);
+}
+std::vector<std::pair<SequenceId, KvHandoff>> EngineCore::TakeExports() {
+  return impl_->TakeExports();
+}
+absl::Status EngineCore::ImportKv(SequenceId id, const KvHandoff& handoff,
+                                  const std::string& model) {
+  return impl_->ImportKv(id, handoff, model);
+}
+KvHandoffShape EngineCore::HandoffShape() const {
+  return impl_->HandoffShape();
+}
 int64_t EngineCore::CachedPrefixTokens(SequenceId id) const {
   return impl_->CachedPrefixTokens(id);
 }

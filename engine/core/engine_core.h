@@ -30,12 +30,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/device_spec.h"
+#include "engine/kv/kv_handoff.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/sampler.h"
 #include "engine/model_weights.h"
@@ -227,6 +229,25 @@ class EngineCore {
   // Prompt tokens of `id` taken from the prefix cache that plan entries have
   // not yet covered (all of them right after AddSequence); 0 when unknown.
   int64_t CachedPrefixTokens(SequenceId id) const;
+
+  // Prefill/decode hand-off (engine/kv/kv_handoff.h), host KV only.
+  // MarkForExport: when `id` ends with its length (the prefill's
+  // max_new_tokens) it leaves a KvHandoff of its prompt's KV, its state and
+  // a mask of max_seq_len() positions; TakeExports returns (and forgets)
+  // those left since the last call. FAILED_PRECONDITION on a device
+  // backend, NOT_FOUND for an unknown id.
+  absl::Status MarkForExport(SequenceId id);
+  std::vector<std::pair<SequenceId, KvHandoff>> TakeExports();
+  // Starts `id` (just added, nothing computed or cached yet) from
+  // `handoff`: ValidateHandoff against this engine (model `model`, its
+  // layout, decode capacity max_seq_len()), then its tokens must be the
+  // leading tokens of the prompt (at least one prompt token left to
+  // compute); the KV and state are copied in and the positions count as
+  // cached (CachedPrefixTokens: plans cover them without compute).
+  absl::Status ImportKv(SequenceId id, const KvHandoff& handoff,
+                        const std::string& model);
+  // The layout this engine's hand-offs are in.
+  KvHandoffShape HandoffShape() const;
 
   // The sequence capacity resolved at Create (EngineOptions::max_seq_len):
   // AddSequence refuses a larger max_seq_len.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "engine/kv/kv_handoff.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/page_allocator.h"
 #include "engine/kv/prefix_cache.h"
@@ -200,6 +202,22 @@ class KvPool {
   // backends keep their copy of the state under, SequenceSpan::state_slot),
   // or -1 for dense models / unknown ids. Stable while `id` is live.
   int32_t StateSlot(SequenceId id) const;
+
+  // Prefill/decode hand-off (kv_handoff.h), kHost pools only
+  // (FAILED_PRECONDITION otherwise). HandoffShape: the layout of what
+  // ExportPages writes. ExportPages appends the pages holding positions
+  // [0, num_tokens) of `id` (whole pages, shape.page_bytes each) to `kv`
+  // and its linear-attention state to `linear_state`. ImportPages writes
+  // them into `id` (just added, nothing written): pages first taken as
+  // Reserve does (a ledger sequence must already hold them), then marked
+  // written. NOT_FOUND for an unknown id; INVALID_ARGUMENT for sizes that
+  // do not match.
+  KvHandoffShape HandoffShape() const;
+  absl::Status ExportPages(SequenceId id, int64_t num_tokens, std::string* kv,
+                           std::string* linear_state) const;
+  absl::Status ImportPages(SequenceId id, int64_t num_tokens,
+                           absl::string_view kv,
+                           absl::string_view linear_state);
 
   KvPoolStats Stats() const;
   // Bytes of the pool's mappings resident in physical memory, measured with

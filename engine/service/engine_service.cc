@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -37,13 +38,29 @@ SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
   return s;
 }
 
+namespace {
+constexpr int64_t kHandoffBytes = int64_t{1} << 30;
+constexpr int64_t kHandoffTtlNs = int64_t{60} * 1000 * 1000 * 1000;
+// Hand-off ids of this process: pid and start time in the high bits.
+uint64_t HandoffSalt() {
+  const uint64_t t = static_cast<uint64_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  return ((static_cast<uint64_t>(getpid()) << 40) ^ (t << 20)) &
+         ~uint64_t{0xFFFFF};
+}
+}  // namespace
+
 EngineServiceImpl::EngineServiceImpl(EngineCore* core, std::string model_name,
                                      std::string backend,
                                      int64_t max_step_tokens)
     : core_(core),
       model_name_(std::move(model_name)),
       backend_(std::move(backend)),
-      max_step_tokens_(max_step_tokens) {}
+      max_step_tokens_(max_step_tokens),
+      handoff_shape_(core->HandoffShape()),
+      capacity_(core->max_seq_len()),
+      exports_(kHandoffBytes, kHandoffTtlNs, HandoffSalt()),
+      imports_(kHandoffBytes, kHandoffTtlNs, HandoffSalt()) {}
 
 grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
                                         const v1::GetInfoRequest*,
@@ -268,6 +285,7 @@ void EngineServiceImpl::AdmitLocked(const v1::StepRequest& req,
   for (const v1::AddSequenceRequest& add : req.admit()) {
     if (cancelled_.contains(add.seq_id())) continue;
     absl::Status s = AddLocked(add);
+    if (s.ok()) s = ApplyHandoffLocked(add);
     if (s.ok()) {
       if (const int64_t c = core_->CachedPrefixTokens(add.seq_id()); c > 0) {
         v1::CachedPrefix* cached = resp->add_cached();
@@ -355,6 +373,7 @@ grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,
     (plan_[i].num_tokens > 1 || !r.has_token ? prefill : decode) +=
         r.tokens_processed;
   }
+  StoreExportsLocked(resp);
   resp->set_step_ms(static_cast<double>(result_.total_ns) / 1e6);
   resp->set_prefill_tokens(prefill);
   resp->set_decode_tokens(decode);

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "engine/core/engine_core.h"
+#include "engine/kv/kv_handoff.h"
 #include "engine/grammar/grammar.h"
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "common/metrics/engine_metrics.h"
@@ -45,6 +47,18 @@ class EngineServiceImpl final : public v1::Engine::Service {
       grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream)
       override;
 
+  // Prefill/decode hand-off (engine_handoff.cc). ExportKv streams a
+  // hand-off this engine kept (AddSequenceRequest.export_kv); ImportKv
+  // fetches one from another engine, validates it (ValidateHandoff) and
+  // stages it for AddSequenceRequest.import_id. Both run beside the steps
+  // (they take the step lock only to read nothing: the shape and capacity
+  // are fixed at construction).
+  grpc::Status ExportKv(grpc::ServerContext* ctx,
+                        const v1::ExportKvRequest* req,
+                        grpc::ServerWriter<v1::KvChunk>* writer) override;
+  grpc::Status ImportKv(grpc::ServerContext* ctx,
+                        const v1::ImportKvRequest* req,
+                        v1::ImportKvResponse* resp) override;
   // Records every later step into `metrics` (not owned; must outlive the
   // service; null detaches). Safe to call while serving.
   void AttachMetrics(metrics::EngineMetrics* metrics);
@@ -67,6 +81,12 @@ class EngineServiceImpl final : public v1::Engine::Service {
                     const std::deque<v1::StepRequest>& queued,
                     absl::flat_hash_set<uint64_t>* owned);
   absl::Status AddLocked(const v1::AddSequenceRequest& req);
+  // AddSequenceRequest.export_kv / import_id for a sequence just added.
+  absl::Status ApplyHandoffLocked(const v1::AddSequenceRequest& req);
+  // Moves the core's finished exports to exports_, naming each in `resp`.
+  void StoreExportsLocked(v1::StepResponse* resp);
+  // A channel to another engine (cached per address).
+  std::shared_ptr<grpc::Channel> PeerChannel(const std::string& target);
   // Feeds the step just run (result_, plan_) and the pool to metrics_.
   void RecordStepLocked(int64_t prefill, int64_t decode);
 
@@ -85,6 +105,14 @@ class EngineServiceImpl final : public v1::Engine::Service {
   // and admissions are skipped until a release names them.
   absl::flat_hash_set<uint64_t> cancelled_ ABSL_GUARDED_BY(mu_);
   metrics::EngineMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
+  // Hand-offs kept for a decode engine to fetch, and ones fetched here for
+  // an admission: at most 1 GiB each, for 60 s.
+  const KvHandoffShape handoff_shape_;
+  const int64_t capacity_;
+  HandoffTable exports_, imports_;
+  std::mutex peers_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> peers_
+      ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace pdserve::service

@@ -28,3 +28,7 @@ pdserve_add_test(NAME kv_ledger_test LABEL unit
 pdserve_add_test(NAME engine_resume_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_resume_test.cc
   LIBS pdserve_engine_core pdserve_loader)
+# Prefill/decode hand-off (issue 17): export, import, the capacity contract.
+pdserve_add_test(NAME engine_handoff_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_handoff_test.cc
+  LIBS pdserve_engine_core pdserve_loader nlohmann_json::nlohmann_json)
