@@ -149,6 +149,14 @@ FlagTable<SchedulerProcessOptions> MakeSchedulerFlags() {
           "model name for the vllm:* gauges' model_name label (default: "
           "pdserve)",
           &O::name),
+      Str("role", "both",
+          "this cell's part in prefill/decode disaggregation: both, prefill "
+          "(front ends send it the prompts they split off) or decode",
+          &O::role),
+      Str("engine-advertise", "",
+          "the engine address other cells' engines fetch this cell's KV "
+          "hand-offs from (default: --engine)",
+          &O::engine_advertise),
   };
   AppendMetricsFlags(t.flags, /*engine=*/false);
   return t;
@@ -210,6 +218,11 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           "longest a response format, tool-call grammar or other constraint "
           "may take to compile",
           &O::grammar_compile_timeout_ms, 1),
+      Int("pd-min-prompt-tokens", "256",
+          "with prefill cells (--role prefill) and decode cells ready: "
+          "prompts of at least this many tokens are prefilled on a prefill "
+          "cell, then decoded on another from its KV",
+          &O::pd_min_prompt_tokens, 1),
   };
   AppendMetricsFlags(t.flags, /*engine=*/false);
   return t;
@@ -220,7 +233,8 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
 constexpr const char* kServeOwn[] = {"model",          "host",
                                      "port",           "engine-port",
                                      "scheduler-port", "metrics-port",
-                                     "metrics-host",   "cells"};
+                                     "metrics-host",   "cells",
+                                     "prefill-cells"};
 
 // Adds the rows of `child` to `rows`, skipping serve's own; a name already
 // there (a flag several children have) gets both setters.
@@ -262,6 +276,11 @@ FlagTable<ServeOptions> MakeServeFlags() {
           "which routes requests by prompt prefix, then load; the engines "
           "split --threads (or the cores) between them",
           &O::cells, 1, 64),
+      Int("prefill-cells", "0",
+          "of the cells, how many only prefill (--role prefill; the others "
+          "--role decode): long prompts are prefilled there and their KV "
+          "handed to a decode cell; 0 = every cell does both",
+          &O::prefill_cells, 0, 63),
       {{"metrics-port", FlagType::kInt, "",
         "first of three /metrics ports: frontend, scheduler, engine (default: "
         "free ports)"},

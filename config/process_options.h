@@ -64,6 +64,8 @@ struct SchedulerProcessOptions {
   int64_t pipeline_depth = 0;
   std::string step_log;  // empty = none
   std::string name;      // empty = "pdserve"
+  std::string role;      // both | prefill | decode
+  std::string engine_advertise;  // empty = --engine
   MetricsOptions metrics;
 };
 
@@ -86,6 +88,9 @@ struct FrontendProcessOptions {
   std::string tool_call_parser;   // empty = from the chat template
   std::string reasoning_parser;   // empty = from the chat template
   int64_t grammar_compile_timeout_ms = 0;  // longest a constraint compiles
+  // Prompts of at least this many tokens are prefilled on a prefill cell
+  // and decoded on another (when both kinds are ready).
+  int64_t pd_min_prompt_tokens = 0;
   MetricsOptions metrics;
 };
 
@@ -98,6 +103,7 @@ struct ServeOptions {
   int64_t engine_port = 0;     // 0 = a free loopback port
   int64_t scheduler_port = 0;  // 0 = a free loopback port (cell 0's)
   int64_t cells = 1;  // scheduler + engine pairs behind the front end
+  int64_t prefill_cells = 0;  // of them, --role prefill (the rest decode)
   std::optional<int64_t> metrics_port;  // first of three; none = free ports
   EngineProcessOptions engine;
   SchedulerProcessOptions scheduler;

@@ -35,6 +35,12 @@ absl::Status Policy::Submit(const RequestSpec& request) {
         absl::StrFormat("request %d: max_new_tokens %d must be > 0", request.id,
                         request.max_new_tokens));
   }
+  if (request.imported_tokens < 0 ||
+      request.imported_tokens >= request.prompt_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request %d: %d imported tokens must be in [0, %d) (the prompt)",
+        request.id, request.imported_tokens, request.prompt_len));
+  }
   if (seqs_.contains(request.id)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("request %d is already queued or running", request.id));
@@ -223,7 +229,7 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     // The shared prefix: full cached pages of the prompt, keeping its last
     // token to compute (it yields the first logits).
     const std::vector<int32_t> prefix =
-        s.spec.prompt_tokens.empty()
+        s.spec.prompt_tokens.empty() || s.spec.imported_tokens > 0
             ? std::vector<int32_t>()
             : ledger_.Match(s.spec.prompt_tokens,
                             (s.target_prompt - 1) / pool_.page_size);
@@ -233,7 +239,9 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     const int64_t cost = PagesFor(s.target_prompt + 1) - shared +
                          ledger_.UnheldPages(prefix);
     if (cost > ledger_.free_pages()) break;  // strict FCFS: the head blocks
-    s.cached = shared * pool_.page_size;
+    s.cached = s.spec.imported_tokens > 0
+                   ? std::min(s.spec.imported_tokens, s.target_prompt - 1)
+                   : shared * pool_.page_size;
     const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) {
       s.cached = 0;
@@ -241,6 +249,7 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     }
     waiting_.erase(waiting_.begin());
     s.running = true;
+    s.spec.imported_tokens = 0;  // a readmission (preempted) recomputes
     AdmitPages pages;
     pages.id = id;
     pages.prefix_pages = prefix;

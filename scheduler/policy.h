@@ -82,6 +82,10 @@ struct RequestSpec {
   // A request resumed after its engine was lost: it held its place before,
   // so the max_waiting bound does not refuse it.
   bool resumed = false;
+  // Leading prompt tokens whose KV the engine takes from a prefill cell's
+  // hand-off at this request's first admission (like a prefix-cache hit:
+  // no budget, no compute; no prefix lookup then). < prompt_len.
+  int64_t imported_tokens = 0;
 };
 
 // One sequence's share of a step.

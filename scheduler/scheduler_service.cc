@@ -125,13 +125,27 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
   resp->set_engine_losses(s.engine_losses);
   resp->set_resumed_requests(s.resumed);
   resp->set_recomputed_tokens(s.recomputed_tokens);
+  resp->set_role(s.role);
+  resp->set_handoffs_exported(s.handoffs_exported);
+  resp->set_handoffs_imported(s.handoffs_imported);
+  resp->set_handoffs_refused(s.handoffs_refused);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
+  if (flags.role != "both" && flags.role != "prefill" &&
+      flags.role != "decode") {
+    std::fprintf(stderr,
+                 "pdserve scheduler: --role %s: must be both, prefill or "
+                 "decode\n",
+                 flags.role.c_str());
+    return 2;
+  }
   ShellOptions options;
+  options.role = flags.role;
+  options.engine_advertise = flags.engine_advertise;
   options.engine_target = flags.engine;
   options.step_log_path = flags.step_log;
   options.itl_slowdown = flags.itl_slowdown;

@@ -20,6 +20,12 @@ SchedulerShell::SchedulerShell(ShellOptions options)
     : options_(std::move(options)),
       live_ids_(std::make_unique<LiveRequestIds>()) {
   engine_ = v1::Engine::NewStub(rpc::MakeChannel(options_.engine_target));
+  import_stub_ =
+      v1::Engine::NewStub(rpc::MakeChannel(options_.engine_target));
+  if (options_.engine_advertise.empty()) {
+    options_.engine_advertise = options_.engine_target;
+  }
+  status_.role = options_.role;
   // Sequence ids carry a random epoch so that a restarted scheduler never
   // collides with sequences an engine still holds from its predecessor.
   std::random_device rd;
@@ -50,6 +56,11 @@ void SchedulerShell::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  {
+    // Imports in flight call back into the shell: wait for them.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return importing_.empty(); });
+  }
   {
     // A loop blocked on a step result must not hold up the stop.
     std::lock_guard<std::mutex> lock(stream_mu_);
@@ -100,15 +111,28 @@ uint64_t SchedulerShell::Submit(const v1::SubmitRequest& request,
       return id;
     }
     r.sink = live_ids_->Releasing(std::move(r.sink), request.request_id(), id);
-    inbox_.emplace_back(id, std::move(r));
+    if (!request.kv_source().engine().empty() &&
+        request.kv_source().handoff_id() != 0 && resubmitted) {
+      importing_.insert(id);
+    } else {
+      EnqueueLocked(id, std::move(r));
+      return id;
+    }
   }
-  cv_.notify_all();
+  StartImport(id, std::move(r));
   return id;
+}
+
+void SchedulerShell::EnqueueLocked(uint64_t id, Request r) {
+  inbox_.emplace_back(id, std::move(r));
+  cv_.notify_all();
 }
 
 void SchedulerShell::Cancel(uint64_t handle) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Ended when its import comes back.
+    if (importing_.contains(handle)) import_cancels_.insert(handle);
     cancels_.push_back(handle);
     urgent_cancels_.push_back(handle);
   }
@@ -271,6 +295,7 @@ void SchedulerShell::SuspendAll(const std::string& why) {
   recovering_ = true;
   for (auto it = requests_.begin(); it != requests_.end();) {
     Request& r = it->second;
+    r.import_id = 0;  // staged at the lost engine: recompute instead
     if (r.was_admitted && ++r.resumes > options_.max_resumes) {
       r.sink->Close(grpc::Status(
           grpc::StatusCode::UNAVAILABLE,
@@ -378,6 +403,9 @@ RequestSpec SchedulerShell::SpecFor(uint64_t id, const Request& r) const {
   spec.prompt_len = static_cast<int64_t>(spec.prompt_tokens.size());
   spec.max_new_tokens =
       r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+  // A prefill cell computes the prompt and the first token only.
+  if (r.spec.prefill_only()) spec.max_new_tokens = 1;
+  if (r.import_id != 0) spec.imported_tokens = r.imported_tokens;
   return spec;
 }
 
@@ -397,7 +425,7 @@ void SchedulerShell::DrainInbox() {
       r.sink->Close(rpc::ToGrpc(s));
       continue;
     }
-    if (!r.generated.empty()) {
+    if (!r.generated.empty() && r.spec.kv_source().engine().empty()) {
       // A front end resubmitted it after its scheduler was lost: it
       // prefills its prompt and the tokens it had again.
       ++resumed_;
@@ -418,6 +446,14 @@ void SchedulerShell::Finish(uint64_t id, v1::FinishReason reason) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = it->second;
+  if (r.spec.prefill_only() && reason == v1::FINISH_REASON_LENGTH &&
+      static_cast<int64_t>(r.generated.size()) < r.spec.max_new_tokens()) {
+    // The prompt is done; a decode cell takes it from here.
+    r.sink->Send(PrefillDoneEvent(r));
+    r.sink->Close(grpc::Status::OK);
+    requests_.erase(it);
+    return;
+  }
   v1::TokenEvent final_event;
   final_event.set_finish_reason(reason);
   final_event.mutable_usage()->set_prompt_tokens(r.spec.prompt_ids_size());
@@ -508,6 +544,9 @@ void SchedulerShell::PublishStatus() {
   status_.engine_losses = engine_losses_;
   status_.resumed = resumed_;
   status_.recomputed_tokens = recomputed_tokens_;
+  status_.handoffs_exported = handoffs_exported_.load();
+  status_.handoffs_imported = handoffs_imported_.load();
+  status_.handoffs_refused = handoffs_refused_.load();
   if (policy_ != nullptr) {
     status_.waiting = static_cast<int32_t>(policy_->waiting());
     status_.running = static_cast<int32_t>(policy_->running());

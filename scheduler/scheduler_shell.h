@@ -71,6 +71,12 @@ struct ShellOptions {
   // Not owned, may be null: receives one RecordIteration per step and one
   // RecordRejection per refused submission. Must outlive the shell.
   metrics::SchedulerMetrics* metrics = nullptr;
+  // --role: "both", "prefill" or "decode" (reported in the status; front
+  // ends send prefill_only requests to prefill cells).
+  std::string role = "both";
+  // The address other cells' engines reach this cell's engine at, for the
+  // hand-offs it exports (KvHandoffRef.engine); empty = engine_target.
+  std::string engine_advertise;
 };
 
 // Figures for GetStatus and health.
@@ -84,6 +90,8 @@ struct ShellStatus {
   int64_t steps = 0, preemptions = 0;
   int32_t max_seq_len = 0, vocab_size = 0;
   std::string model;
+  std::string role;
+  int64_t handoffs_exported = 0, handoffs_imported = 0, handoffs_refused = 0;
 };
 
 class LiveRequestIds;
@@ -130,8 +138,24 @@ class SchedulerShell {
     // the admission, before any token was generated).
     int32_t cached_tokens = 0;
     int64_t resumes = 0;  // times resumed after an engine loss
+    // Prefill/decode hand-off: the KV staged at the engine for this
+    // request's first admission (ImportKv) and the prompt tokens it covers;
+    // the hand-off the engine kept for a prefill_only request.
+    uint64_t import_id = 0;
+    int64_t imported_tokens = 0;
+    uint64_t handoff_id = 0;
   };
 
+  // Queues a validated request (under mu_), notifying the loop.
+  void EnqueueLocked(uint64_t id, Request r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SubmitRequest.kv_source: has the engine fetch the hand-off (async
+  // ImportKv), then queues the request with it, or without it (prefilled
+  // here) when the engine refuses it.
+  void StartImport(uint64_t id, Request r);
+  void FinishImport(uint64_t id, Request r, const grpc::Status& status,
+                    const v1::ImportKvResponse& resp);
+  // The last event of a prefill_only request that goes on to a decode cell.
+  v1::TokenEvent PrefillDoneEvent(const Request& r) const;
   void Loop();
   bool ConnectEngine();
   void DrainInbox();
@@ -239,6 +263,13 @@ class SchedulerShell {
   std::thread canceller_;
   // Request ids of the requests not yet closed (ALREADY_EXISTS for another).
   std::unique_ptr<LiveRequestIds> live_ids_;
+  // Hand-off imports: their own stub (the loop replaces engine_), the ones
+  // in flight (Stop waits for them) and the counters of the status.
+  std::unique_ptr<v1::Engine::Stub> import_stub_;
+  absl::flat_hash_set<uint64_t> importing_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> import_cancels_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> handoffs_exported_{0}, handoffs_imported_{0},
+      handoffs_refused_{0};
   ShellStatus status_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

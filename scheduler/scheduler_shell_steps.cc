@@ -87,7 +87,11 @@ void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
   for (int32_t t : r.generated) add->add_prompt_ids(t);
   add->set_resumed_outputs(static_cast<int32_t>(r.generated.size()));
   const int64_t remaining =
-      r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+      r.spec.prefill_only()
+          ? 1
+          : r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
+  add->set_export_kv(r.spec.prefill_only());
+  add->set_import_id(r.import_id);
   add->set_max_new_tokens(static_cast<int32_t>(remaining));
   add->set_max_seq_len(static_cast<int32_t>(std::min<int64_t>(
       policy_->pool().max_seq_len, add->prompt_ids_size() + remaining)));
@@ -121,6 +125,7 @@ bool SchedulerShell::DispatchNext() {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
     FillAdmit(id, it->second, plan.admit_pages[i], req.add_admit());
+    it->second.import_id = 0;  // the engine takes a staged hand-off once
     if (!it->second.was_admitted) it->second.admitted = now;
     it->second.was_admitted = true;
   }
@@ -219,6 +224,10 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
     auto it = requests_.find(out.seq_id());
     if (it == requests_.end()) continue;  // cancelled or already finished
     Request& r = it->second;
+    if (out.handoff_id() != 0) {
+      r.handoff_id = out.handoff_id();
+      ++handoffs_exported_;
+    }
     if (out.has_token()) {
       if (r.generated.empty()) r.first_token = now;
       catching_up_.erase(out.seq_id());

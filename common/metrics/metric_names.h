@@ -168,6 +168,16 @@ inline constexpr MetricSpec kUnrecovered = {
 inline constexpr MetricSpec kRecoveryTime = {
     "pdserve_scheduler_engine_recovery_seconds", MetricType::kHistogram,
     "Time from losing the engine to resuming its requests on one again."};
+inline constexpr MetricSpec kHandoffs = {
+    "pdserve_scheduler_kv_handoffs_total", MetricType::kCounter,
+    "Prefill/decode KV hand-offs a decode cell asked its engine to fetch, "
+    "by outcome (imported; refused: prefilled locally instead)."};
+inline constexpr MetricSpec kHandoffTime = {
+    "pdserve_scheduler_kv_handoff_seconds", MetricType::kHistogram,
+    "Time to fetch, check and stage one KV hand-off from a prefill cell."};
+inline constexpr MetricSpec kHandoffBytes = {
+    "pdserve_scheduler_kv_handoff_bytes_total", MetricType::kCounter,
+    "Bytes of KV and linear-attention state fetched from prefill cells."};
 inline constexpr MetricSpec kTokenBudget = {
     "pdserve_scheduler_token_budget_tokens", MetricType::kGauge,
     "Per-step token budget the plans are cut to."};
@@ -293,6 +303,9 @@ inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,
                                                     &kRecomputedTokens,
                                                     &kUnrecovered,
                                                     &kRecoveryTime,
+                                                    &kHandoffs,
+                                                    &kHandoffTime,
+                                                    &kHandoffBytes,
                                                     &kRequests,
                                                     &kHttpRequests,
                                                     &kInFlight,

@@ -49,6 +49,12 @@ void SchedulerMetrics::Register(const SchedulerMetricsOptions& options) {
   unrecovered_ = &CounterFamily(r, kUnrecovered).Add({});
   recovery_time_ = &internal::HistogramFamily(r, kRecoveryTime)
                         .Add({}, RequestLatencyBuckets());
+  auto& handoffs = CounterFamily(r, kHandoffs);
+  handoffs_imported_ = &handoffs.Add({{"outcome", "imported"}});
+  handoffs_refused_ = &handoffs.Add({{"outcome", "refused"}});
+  handoff_time_ = &internal::HistogramFamily(r, kHandoffTime)
+                       .Add({}, StepDurationBuckets());
+  handoff_bytes_ = &CounterFamily(r, kHandoffBytes).Add({});
   auto& rejections = CounterFamily(r, kRejections);
   for (RejectReason reason :
        {RejectReason::kQueueFull, RejectReason::kPromptTooLong,
@@ -99,6 +105,17 @@ void SchedulerMetrics::RecordRecovery(int64_t resumed,
 
 void SchedulerMetrics::RecordUnrecovered(int64_t requests) {
   internal::AddPositive(*unrecovered_, static_cast<double>(requests));
+}
+
+void SchedulerMetrics::RecordHandoff(bool imported, double seconds,
+                                     int64_t bytes) {
+  if (!imported) {
+    handoffs_refused_->Increment();
+    return;
+  }
+  handoffs_imported_->Increment();
+  handoff_time_->Observe(seconds);
+  internal::AddPositive(*handoff_bytes_, static_cast<double>(bytes));
 }
 
 void SchedulerMetrics::RecordRejection(RejectReason reason) {

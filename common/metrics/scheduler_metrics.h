@@ -54,6 +54,9 @@ class SchedulerMetrics {
                       double seconds);
   // Requests ended because their engine was lost and could not be resumed.
   void RecordUnrecovered(int64_t requests);
+  // One KV hand-off import: staged (with its transfer time and bytes) or
+  // refused. Any thread.
+  void RecordHandoff(bool imported, double seconds, int64_t bytes);
 
  private:
   explicit SchedulerMetrics(std::shared_ptr<prometheus::Registry> registry);
@@ -77,6 +80,10 @@ class SchedulerMetrics {
   prometheus::Counter* recomputed_tokens_ = nullptr;
   prometheus::Counter* unrecovered_ = nullptr;
   prometheus::Histogram* recovery_time_ = nullptr;
+  prometheus::Counter* handoffs_imported_ = nullptr;
+  prometheus::Counter* handoffs_refused_ = nullptr;
+  prometheus::Histogram* handoff_time_ = nullptr;
+  prometheus::Counter* handoff_bytes_ = nullptr;
   std::array<prometheus::Counter*, 5> rejections_{};  // by RejectReason
 };
 

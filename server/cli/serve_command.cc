@@ -206,6 +206,18 @@ void SplitThreads(int64_t threads, int cells, std::vector<std::string>& args) {
   args.push_back(absl::StrCat("--threads=", std::max<int64_t>(1, total / cells)));
 }
 
+// --prefill-cells: cell `c` of them gets --role prefill, the rest decode; a
+// forwarded --role is replaced.
+void SetRole(int c, int64_t prefill_cells, std::vector<std::string>& args) {
+  if (prefill_cells <= 0) return;
+  args.erase(std::remove_if(args.begin(), args.end(),
+                            [](const std::string& a) {
+                              return absl::StartsWith(a, "--role=");
+                            }),
+             args.end());
+  args.push_back(c < prefill_cells ? "--role=prefill" : "--role=decode");
+}
+
 int RunServe(int argc, char** argv) {
   process::BlockTerminationSignals();
   const auto& table = config::ServeFlagTable();
@@ -229,6 +241,13 @@ int RunServe(int argc, char** argv) {
   const std::string& host = o.host;
   const std::string port = absl::StrCat(o.port);
   const int cells = static_cast<int>(o.cells);
+  if (o.prefill_cells >= cells) {
+    std::fprintf(stderr,
+                 "pdserve serve: --prefill-cells %lld must be less than "
+                 "--cells %d (at least one cell must decode)\n",
+                 static_cast<long long>(o.prefill_cells), cells);
+    return 2;
+  }
   // /metrics ports: the front end's, then each cell's scheduler and engine.
   std::vector<std::string> metrics(1 + 2 * cells);
   for (size_t i = 0; i < metrics.size(); ++i) {
@@ -258,6 +277,7 @@ int RunServe(int argc, char** argv) {
                  "127.0.0.1", "--port", scheduler_ports[c], "--metrics-port",
                  metrics[1 + 2 * c]}};
     Forward(given, config::SchedulerFlagTable(), sched.args);
+    SetRole(c, o.prefill_cells, sched.args);
     engines.push_back(std::move(engine));
     scheds.push_back(std::move(sched));
   }

@@ -316,7 +316,8 @@ void CellRouter::Poll() {
     auto& [load, answered] = polled[target];
     answered = stub->GetStatus(&ctx, {}, &s).ok();
     if (answered) {
-      load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len()};
+      load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len(),
+              ParseCellRole(s.role())};
     }
   }
   std::vector<std::string> lost;
@@ -358,12 +359,38 @@ bool CellRouter::WaitUntilReady(bool all, int seconds) {
   }
 }
 
-CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt) {
+CellRole ParseCellRole(const std::string& role) {
+  if (role == "prefill") return CellRole::kPrefill;
+  if (role == "decode") return CellRole::kDecode;
+  return CellRole::kBoth;
+}
+
+bool CellRouter::CanSplit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool prefill = false, decode = false;
+  for (const CellLoad& load : loads_) {
+    if (!load.ready) continue;
+    (load.role == CellRole::kPrefill ? prefill : decode) = true;
+  }
+  return prefill && decode;
+}
+
+CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt,
+                                   CellPhase phase) {
   std::lock_guard<std::mutex> lock(mu_);
   Route r;
   if (targets_.empty()) return r;
+  // The cells this phase may use count as the only ready ones.
+  std::vector<CellLoad> eligible = loads_;
+  bool any = false;
+  for (CellLoad& load : eligible) {
+    const bool prefill_cell = load.role == CellRole::kPrefill;
+    load.ready = load.ready && (phase == CellPhase::kPrefill) == prefill_cell;
+    any = any || load.ready;
+  }
+  if (!any && phase == CellPhase::kServe) eligible = loads_;
   const RouteDecision d =
-      PickCell(loads_, targets_, PrefixKey(prompt), turn_.fetch_add(1));
+      PickCell(eligible, targets_, PrefixKey(prompt), turn_.fetch_add(1));
   const size_t cell = d.cell < 0 ? 0 : static_cast<size_t>(d.cell);
   r.reason = d.reason;
   r.stub = stubs_[cell];

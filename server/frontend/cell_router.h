@@ -32,12 +32,23 @@
 
 namespace pdserve::frontend {
 
+// A cell's part in prefill/decode disaggregation (its scheduler's --role).
+enum class CellRole { kBoth, kPrefill, kDecode };
+// "prefill" / "decode"; anything else (an older scheduler: "") is kBoth.
+CellRole ParseCellRole(const std::string& role);
+
 // One cell as the router sees it (from its scheduler's GetStatus).
 struct CellLoad {
   bool ready = false;  // the scheduler answers and has a ready engine
   int64_t waiting = 0, running = 0;
   int64_t max_seq_len = 0;
+  CellRole role = CellRole::kBoth;
 };
+
+// Which cells a pick may choose: kServe, a whole request or its decode
+// (cells of role both or decode; every cell when none of those is ready);
+// kPrefill, the prompt of a split request (prefill cells only).
+enum class CellPhase { kServe, kPrefill };
 
 // Why a cell was chosen (a metric label and the debug log).
 enum class RouteReason { kPrefix, kSpilled, kLeastLoaded, kNoneReady };
@@ -130,7 +141,11 @@ class CellRouter {
   // The cell for a prompt. With no cell ready it returns the first cell
   // (whose scheduler then answers UNAVAILABLE or waits, as a single cell
   // does).
-  Route Pick(absl::Span<const int32_t> prompt);
+  Route Pick(absl::Span<const int32_t> prompt,
+             CellPhase phase = CellPhase::kServe);
+  // Whether a request can be split now: a prefill cell and a cell that
+  // decodes are both ready.
+  bool CanSplit() const;
 
   // The cells now, in the order they were found, with their latest loads
   // (as of the last poll, or SetLoads) and the requests routed to each.

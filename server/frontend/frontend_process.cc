@@ -137,6 +137,7 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
                                metrics ? metrics->metrics.get() : nullptr);
   service.set_scheduler_recovery(std::chrono::milliseconds(
       static_cast<int64_t>(flags.scheduler_recovery_s * 1000.0)));
+  service.set_pd_min_prompt_tokens(flags.pd_min_prompt_tokens);
   const std::string& host = flags.host;
   auto server = rpc::StartServer(host, flags.port, {&service});
   if (!server.ok()) {

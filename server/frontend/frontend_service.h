@@ -57,11 +57,16 @@ class InferenceServiceImpl final
   int active_streams() const { return active_; }
   // What a GenerationStream of this front end needs.
   GenerationContext generation_context() const {
-    return {model_, cells_, metrics_, scheduler_recovery_};
+    return {model_, cells_, metrics_, scheduler_recovery_,
+            pd_min_prompt_tokens_};
   }
   // --scheduler-recovery-seconds (before the first request).
   void set_scheduler_recovery(std::chrono::milliseconds recovery) {
     scheduler_recovery_ = recovery;
+  }
+  // --pd-min-prompt-tokens (GenerationContext::pd_min_prompt_tokens).
+  void set_pd_min_prompt_tokens(int64_t tokens) {
+    pd_min_prompt_tokens_ = tokens;
   }
 
  private:
@@ -70,6 +75,7 @@ class InferenceServiceImpl final
   CellRouter* cells_;
   metrics::FrontendMetrics* metrics_;
   std::chrono::milliseconds scheduler_recovery_{30000};
+  int64_t pd_min_prompt_tokens_ = 256;
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};
 };

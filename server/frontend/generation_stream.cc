@@ -238,21 +238,42 @@ bool GenerationStream::MoveIfOn(const std::string& target) {
   return true;
 }
 
+bool GenerationStream::ShouldSplitLocked() {
+  if (!received_.empty() || split_tried_ || submit_.max_new_tokens() <= 1 ||
+      submit_.prompt_ids_size() < context_.pd_min_prompt_tokens ||
+      !context_.cells->CanSplit()) {
+    return false;
+  }
+  // The decode cell must still have room for the first token's KV.
+  return submit_.prompt_ids_size() + 1 < context_.cells->ReadyCapacity();
+}
+
 void GenerationStream::Submit() {
   v1::SubmitRequest request = submit_;
   std::shared_ptr<SchedulerCall> call;
+  CellPhase phase = CellPhase::kServe;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A resubmission continues after what the client already has.
     request.mutable_generated_ids()->Add(received_.begin(), received_.end());
+    if (handoff_.has_value()) {
+      // On to a decode cell, which starts from the prefill cell's KV.
+      *request.mutable_kv_source() = *std::exchange(handoff_, std::nullopt);
+    } else if (ShouldSplitLocked()) {
+      split_tried_ = true;
+      request.set_prefill_only(true);
+      phase = CellPhase::kPrefill;
+    }
+    prefill_done_.reset();
     call = std::make_shared<SchedulerCall>(self_, std::move(request));
     call_ = call;
   }
   // The prompt (plus what the client has) picks the cell: a resubmission
   // after a lost scheduler may land on another cell, and resumes there.
-  CellRouter::Route route =
-      context_.cells->Pick(absl::MakeConstSpan(submit_.prompt_ids().data(),
-                                               submit_.prompt_ids_size()));
+  CellRouter::Route route = context_.cells->Pick(
+      absl::MakeConstSpan(submit_.prompt_ids().data(),
+                          submit_.prompt_ids_size()),
+      phase);
   if (context_.metrics != nullptr) {
     context_.metrics->RecordRoute(RouteReasonName(route.reason));
   }
@@ -291,6 +312,11 @@ bool GenerationStream::OnEvent(const v1::TokenEvent& event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     lost_since_.reset();  // the scheduler answers again
+    if (event.has_prefill_done()) {
+      // The prefill cell is done: OnCallDone goes on to a decode cell.
+      prefill_done_ = event.prefill_done();
+      return true;
+    }
     first = completion_tokens_ == 0 && event.token_ids_size() > 0;
     received_.insert(received_.end(), event.token_ids().begin(),
                      event.token_ids().end());
@@ -347,6 +373,15 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
     std::lock_guard<std::mutex> lock(mu_);
     if (call_.get() == call) call_.reset();
     if (abort_status_.has_value()) final_status = *abort_status_;
+    std::optional<v1::KvHandoffRef> done =
+        std::exchange(prefill_done_, std::nullopt);
+    if (done.has_value() && status.ok() && !final_sent_ && !cancelled_ &&
+        !abort_status_.has_value()) {
+      // Prefilled: the moved-stream path below resubmits it at once, now
+      // with the hand-off, to a decode cell.
+      handoff_ = std::move(done);
+      moving_ = true;
+    }
     moved = std::exchange(moving_, false);
     const bool all_received =
         submit_.max_new_tokens() > 0 &&

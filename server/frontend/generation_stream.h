@@ -62,6 +62,11 @@ struct GenerationContext {
   // restarted scheduler, or whatever answers at the address) before it
   // ends UNAVAILABLE; 0 = at once (--scheduler-recovery-seconds).
   std::chrono::milliseconds scheduler_recovery{30000};
+  // Prefill/decode disaggregation: while a prefill cell and a decode cell
+  // are ready, a prompt of at least this many tokens is prefilled on the
+  // prefill cell (its first token streams from there), then continued on a
+  // decode cell from its KV (--pd-min-prompt-tokens).
+  int64_t pd_min_prompt_tokens = 256;
 };
 
 // Thread-safe. Keeps itself alive until the scheduler call is done; callers
@@ -137,6 +142,8 @@ class GenerationStream {
   // MoveOffCell for this stream; whether it was on `target` and moves.
   bool MoveIfOn(const std::string& target);
   v1::Final MakeFinalLocked(v1::FinishReason reason) const;
+  // Whether this request's next Submit goes to a prefill cell first.
+  bool ShouldSplitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   GenerationContext context_;
   std::shared_ptr<GenerationSink> sink_;
@@ -171,6 +178,12 @@ class GenerationStream {
   // Since the scheduler call broke, while resubmitting.
   std::optional<Clock::time_point> lost_since_ ABSL_GUARDED_BY(mu_);
   int64_t resubmissions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Prefill/decode: tried once per request; the current call's
+  // prefill_done (where its KV waits), and the hand-off the next Submit
+  // carries to a decode cell.
+  bool split_tried_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::KvHandoffRef> prefill_done_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::KvHandoffRef> handoff_ ABSL_GUARDED_BY(mu_);
 };
 
 // Records one finished request in `metrics` (may be null): `stats` (the
