@@ -6,10 +6,14 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unistd.h>
 #include <random>
 #include <vector>
 
+#include "engine/loader/model_loader.h"
 #include "engine/model_weights.h"
+#include "gtest/gtest.h"
 
 namespace pdserve::testing_util {
 
@@ -89,6 +93,17 @@ inline std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab,
   std::vector<int32_t> t(n);
   for (int32_t& v : t) v = d(rng);
   return t;
+}
+
+// The model at `path` (any format LoadModel reads), or null when the file
+// is absent (a test then skips); a file that fails to load fails the test.
+inline std::shared_ptr<const ModelWeights> LoadModelFile(
+    const std::string& path) {
+  if (access(path.c_str(), R_OK) != 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return nullptr;
+  return std::shared_ptr<const ModelWeights>(std::move(*w));
 }
 
 }  // namespace pdserve::testing_util

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/thread_pool.h"
+#include "tests/engine/engine_core_test_util.h"
 #include "tests/engine/hybrid_test_util.h"
 
 namespace pdserve {
@@ -24,11 +25,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<const ModelWeights> Load(const std::string& path) {
-  if (access(path.c_str(), R_OK) != 0) return nullptr;
-  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (!w.ok()) return nullptr;
-  return std::shared_ptr<const ModelWeights>(std::move(*w));
+  return testing_util::LoadModelFile(path);
 }
 
 std::unique_ptr<EngineCore> Engine(std::shared_ptr<const ModelWeights> w,

@@ -24,11 +24,7 @@ namespace pdserve {
 namespace {
 
 std::shared_ptr<const ModelWeights> Load(const std::string& path) {
-  if (access(path.c_str(), R_OK) != 0) return nullptr;
-  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (!w.ok()) return nullptr;
-  return std::shared_ptr<const ModelWeights>(std::move(*w));
+  return testing_util::LoadModelFile(path);
 }
 
 std::shared_ptr<const ModelWeights> LoadStories() {

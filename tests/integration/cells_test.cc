@@ -31,12 +31,7 @@ namespace pdserve::testing {
 namespace {
 
 v1::SchedulerStatus Status(const std::string& scheduler) {
-  auto stub = v1::Scheduler::NewStub(
-      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  v1::SchedulerStatus status;
-  if (!stub->GetStatus(&ctx, {}, &status).ok()) status.set_steps(-1);
-  return status;
+  return SchedulerStatusOf(scheduler);
 }
 
 int64_t Steps(const std::string& scheduler) { return Status(scheduler).steps(); }

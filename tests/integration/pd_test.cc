@@ -29,13 +29,7 @@ namespace pdserve::testing {
 namespace {
 
 v1::SchedulerStatus Status(const std::string& scheduler) {
-  auto stub = v1::Scheduler::NewStub(
-      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  v1::SchedulerStatus status;
-  if (!stub->GetStatus(&ctx, {}, &status).ok()) status.set_steps(-1);
-  return status;
+  return SchedulerStatusOf(scheduler);
 }
 
 v1::GenerateRequest LongStory(int i) {

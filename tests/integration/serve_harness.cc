@@ -242,6 +242,16 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> StartStories260K(
   return ServeInstance::Start(args);
 }
 
+v1::SchedulerStatus SchedulerStatusOf(const std::string& scheduler) {
+  auto stub = v1::Scheduler::NewStub(
+      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::SchedulerStatus status;
+  if (!stub->GetStatus(&ctx, {}, &status).ok()) status.set_steps(-1);
+  return status;
+}
+
 pid_t CurrentEnginePid(const ServeInstance& serve) {
   auto engine = serve.EngineClient();
   grpc::ClientContext ctx;

@@ -91,6 +91,9 @@ pid_t CurrentEnginePid(const ServeInstance& serve);
 // "scheduler", "frontend"), found in /proc; -1 when there is none.
 pid_t ChildPid(const ServeInstance& serve, const std::string& role);
 
+// A scheduler's GetStatus (2 s deadline); steps -1 when it does not answer.
+v1::SchedulerStatus SchedulerStatusOf(const std::string& scheduler);
+
 // Polls the engine's GetInfo every `poll_ms` until it holds no sequence, at
 // most `polls` times; returns the last figures (a failed call counts as
 // not idle and leaves them default).

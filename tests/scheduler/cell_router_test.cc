@@ -113,6 +113,31 @@ TEST(CellRouterTest, RouterChecksItsCellsAndCountsRoutes) {
   EXPECT_EQ((*router)->RoutedCounts(), (std::vector<int64_t>{2, 1}));
 }
 
+// Roles: a split prompt's first pick goes to a prefill cell, everything
+// else to the cells that decode; with no decode cell ready a request is
+// served wherever it can be, and no split is offered.
+TEST(CellRouterTest, RolesSplitPrefillFromDecode) {
+  EXPECT_EQ(ParseCellRole("prefill"), CellRole::kPrefill);
+  EXPECT_EQ(ParseCellRole("decode"), CellRole::kDecode);
+  EXPECT_EQ(ParseCellRole(""), CellRole::kBoth);
+  auto router = CellRouter::Create({"p:1", "d:2", "d:3"});
+  ASSERT_TRUE(router.ok());
+  CellRouter& r = **router;
+  r.SetLoads({{true, 0, 0, 512, CellRole::kPrefill},
+              {true, 0, 0, 512, CellRole::kDecode},
+              {true, 0, 0, 512, CellRole::kDecode}});
+  EXPECT_TRUE(r.CanSplit());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.Pick(Tokens(40, i), CellPhase::kPrefill).target, "p:1");
+    EXPECT_NE(r.Pick(Tokens(40, i)).target, "p:1");
+  }
+  r.SetLoads({{true, 0, 0, 512, CellRole::kPrefill},
+              {false, 0, 0, 512, CellRole::kDecode},
+              {false, 0, 0, 512, CellRole::kDecode}});
+  EXPECT_FALSE(r.CanSplit());
+  EXPECT_EQ(r.Pick(Tokens(40, 1)).target, "p:1");  // the only ready cell
+}
+
 TEST(CellRouterTest, DnsSourcesParseOrSayWhy) {
   auto s = ParseCellSource("dns:///cells.pdserve.svc:50052");
   ASSERT_TRUE(s.ok());

@@ -117,6 +117,28 @@ TEST(PolicyTest, CachedPrefixJoinsTheNextChunkForFree) {
   EXPECT_EQ(d.policy.View('C').prefilled, 9);
 }
 
+// A decode cell's request whose prompt KV came from a prefill cell
+// (RequestSpec.imported_tokens): its first item carries the imported
+// tokens for free and computes only the rest (the first token, fed back),
+// even with a budget and chunk far below the prompt; it takes pages for
+// the whole prompt at admission. A preempted one recomputes everything.
+TEST(PolicyTest, ImportedTokensRideTheFirstItemForFree) {
+  Driver d({.step_token_budget = 4, .prefill_chunk = 2}, Pool(4, 100, 64));
+  RequestSpec spec{'A', 0, 41, 5};
+  spec.imported_tokens = 40;
+  ASSERT_TRUE(d.policy.Submit(spec).ok());
+  EXPECT_EQ(d.Step(), "+A | A41p(40c)");
+  EXPECT_EQ(d.policy.View('A').prefilled, 41);
+  EXPECT_EQ(d.policy.Pages('A').size(), 11u);  // 41 tokens + 1, pages of 4
+  EXPECT_EQ(d.Step(), "| A1");
+  // Out of range: at least one prompt token is computed here.
+  RequestSpec bad{'B', 0, 10, 5};
+  bad.imported_tokens = 10;
+  absl::Status s = d.policy.Submit(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("10 imported tokens must be in [0, 10)"));
+}
+
 TEST(PolicyTest, BudgetCapsPrefillAcrossSequences) {
   Driver d({.step_token_budget = 6, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 5, 2);
