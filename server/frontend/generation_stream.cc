@@ -367,7 +367,7 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
                                   const grpc::Status& status,
                                   bool from_scheduler) {
   grpc::Status final_status = status;
-  bool resubmit = false, moved = false;
+  bool resubmit = false, moved = false, handed_off = false;
   int64_t attempt = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -381,6 +381,7 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
       // with the hand-off, to a decode cell.
       handoff_ = std::move(done);
       moving_ = true;
+      handed_off = true;
     }
     moved = std::exchange(moving_, false);
     const bool all_received =
@@ -402,8 +403,11 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
     }
   }
   if (resubmit && moved) {
-    // Routed anew at once; the cell it left is not ready any more.
-    if (context_.metrics != nullptr) context_.metrics->RecordResubmission();
+    // Routed anew at once: the cell it left is not ready any more, or it
+    // was a prefill cell and a decode cell takes over (not a resubmission).
+    if (context_.metrics != nullptr && !handed_off) {
+      context_.metrics->RecordResubmission();
+    }
     std::shared_ptr<GenerationStream> self = self_;
     DelayedRunner::Global().RunAfter(std::chrono::milliseconds(0),
                                      [self] { self->Resubmit(); });
