@@ -1,11 +1,13 @@
 // The engine service's prefill/decode hand-off: ExportKv (the prefill
 // engine streams a kept prompt's KV), ImportKv (the decode engine fetches
 // and checks it) and the admission side (export_kv / import_id).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "engine/service/engine_service.h"
 #include "proto/rpc_util.h"
 
@@ -66,20 +68,27 @@ grpc::Status EngineServiceImpl::ExportKv(
                                      " here (fetched already, or expired "
                                      "after 60 s)"));
   }
-  const std::string data = h->kv + h->linear_state;
-  size_t offset = 0;
-  bool first = true;
-  while (first || offset < data.size()) {
-    v1::KvChunk chunk;
-    if (first) FillHeader(*h, chunk.mutable_header());
-    const size_t n = std::min(kChunkBytes, data.size() - offset);
-    chunk.set_data(data.substr(offset, n));
-    offset += n;
-    first = false;
-    if (!writer->Write(chunk)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "the importing engine went away");
+  // The header, then the KV pages and the state in chunks, copied once
+  // (into each message).
+  const absl::string_view parts[] = {h->kv, h->linear_state};
+  v1::KvChunk chunk;
+  FillHeader(*h, chunk.mutable_header());
+  bool pending = true;  // `chunk` holds the header, not yet written
+  for (absl::string_view part : parts) {
+    for (size_t offset = 0; offset < part.size(); offset += kChunkBytes) {
+      const absl::string_view piece = part.substr(offset, kChunkBytes);
+      chunk.set_data(piece.data(), piece.size());
+      if (!writer->Write(chunk)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "the importing engine went away");
+      }
+      chunk.clear_header();
+      pending = false;
     }
+  }
+  if (pending && !writer->Write(chunk)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the importing engine went away");
   }
   return grpc::Status::OK;
 }
@@ -106,8 +115,7 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
   auto reader = stub->ExportKv(&ctx, ereq);
   v1::KvChunk chunk;
   std::optional<KvHandoff> h;
-  std::string data;
-  size_t kv_bytes = 0;
+  size_t kv_bytes = 0, received = 0;
   absl::Status parse = absl::OkStatus();
   while (reader->Read(&chunk)) {
     if (!h.has_value()) {
@@ -119,10 +127,14 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
       }
       h = std::move(*parsed);
       kv_bytes = static_cast<size_t>(chunk.header().kv_bytes());
-      data.reserve(kv_bytes +
-                   static_cast<size_t>(h->shape.linear_state_bytes));
+      h->kv.reserve(std::min<size_t>(kv_bytes, size_t{1} << 30));
     }
-    data += chunk.data();
+    // The first kv_bytes are KV pages, the rest linear-attention state.
+    absl::string_view data = chunk.data();
+    const size_t to_kv = std::min(data.size(), kv_bytes - h->kv.size());
+    h->kv.append(data.data(), to_kv);
+    h->linear_state.append(data.data() + to_kv, data.size() - to_kv);
+    received += data.size();
   }
   grpc::Status status = reader->Finish();
   if (!parse.ok()) return rpc::ToGrpc(parse);
@@ -136,24 +148,22 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "the prefill engine sent an empty hand-off");
   }
-  if (data.size() < kv_bytes) {
+  if (h->kv.size() < kv_bytes) {
     return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                        absl::StrCat("hand-off of ", data.size(),
+                        absl::StrCat("hand-off of ", received,
                                      " bytes; its header promised ", kv_bytes,
                                      " of KV"));
   }
-  h->kv.assign(data, 0, kv_bytes);
-  h->linear_state.assign(data, kv_bytes, std::string::npos);
   // The capacity contract and the layout, before anything is staged.
   absl::StatusOr<SequenceState> contract =
       ValidateHandoff(*h, model_name_, handoff_shape_, capacity_);
   if (!contract.ok()) return rpc::ToGrpc(contract.status());
   resp->set_tokens(static_cast<int32_t>(h->tokens.size()));
-  resp->set_bytes(static_cast<int64_t>(data.size()));
+  resp->set_bytes(static_cast<int64_t>(received));
   const uint64_t id = imports_.Put(std::move(*h), NowNs());
   if (id == 0) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("a hand-off of ", data.size(),
+                        absl::StrCat("a hand-off of ", received,
                                      " bytes exceeds the staging bound"));
   }
   resp->set_import_id(id);
