@@ -380,10 +380,9 @@ void GenerationStream::OnCallDone(const SchedulerCall* call,
       // Prefilled: the moved-stream path below resubmits it at once, now
       // with the hand-off, to a decode cell.
       handoff_ = std::move(done);
-      moving_ = true;
       handed_off = true;
     }
-    moved = std::exchange(moving_, false);
+    moved = std::exchange(moving_, false) || handed_off;
     const bool all_received =
         submit_.max_new_tokens() > 0 &&
         static_cast<int64_t>(received_.size()) >= submit_.max_new_tokens();
