@@ -483,15 +483,9 @@ void SchedulerShell::AdaptBudget() {
     policy_->set_step_token_budget(options_.policy.step_token_budget);
     return;
   }
-  if (samples_.size() < 8) return;
-  if (steps_ % 8 == 0) {
-    auto fit =
-        FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
-    if (fit.ok() && fit->prefill_token_ms > 0) cost_ = *fit;
-  }
-  if (!cost_.has_value()) return;
+  if (!online_cost_.model().has_value()) return;
   policy_->set_step_token_budget(AdaptiveStepBudget(
-      *cost_, policy_->decoding(), options_.itl_slowdown,
+      *online_cost_.model(), policy_->decoding(), options_.itl_slowdown,
       options_.min_prefill_chunk, options_.policy.step_token_budget));
 }
 

@@ -252,8 +252,7 @@ class SchedulerShell {
   // has not come: while any waits, every client of theirs is paused, so the
   // step budget is not capped for the inter-token latency of the others.
   absl::flat_hash_set<uint64_t> catching_up_;  // loop thread only
-  std::deque<StepSample> samples_;     // recent steps (loop thread only)
-  std::optional<StepCostModel> cost_;  // fitted to samples_
+  OnlineStepCost online_cost_;  // fitted to recent steps (loop thread only)
 
   mutable std::mutex mu_;  // guards the members marked so below
   std::condition_variable cv_;

@@ -208,9 +208,8 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
   }
   if (resp.outputs_size() > 0) {
     ++steps_;
-    samples_.push_back(
+    online_cost_.Record(
         {plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
-    if (samples_.size() > 256) samples_.pop_front();
     if (step_log_ != nullptr) {
       std::fprintf(step_log_, "%ld,%ld,%.3f\n",
                    static_cast<long>(plan.prefill_tokens),

@@ -24,6 +24,13 @@ absl::Status CheckRequest(const TraceRequest& r, const std::string& where) {
         "%s: prompt_tokens %d and output_tokens %d must be > 0", where,
         r.prompt_tokens, r.output_tokens));
   }
+  if (r.prefix_group < 0 || r.prefix_tokens < 0 ||
+      r.prefix_tokens > r.prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: prefix_group %d must be >= 0 and prefix_tokens %d within 0.."
+        "prompt_tokens %d",
+        where, r.prefix_group, r.prefix_tokens, r.prompt_tokens));
+  }
   return absl::OkStatus();
 }
 
@@ -66,6 +73,8 @@ absl::StatusOr<std::vector<TraceRequest>> ParseJsonTrace(absl::string_view text)
       r.prompt_tokens = e.at("prompt_tokens").get<int64_t>();
       r.output_tokens = e.at("output_tokens").get<int64_t>();
       r.priority = e.value("priority", 0);
+      r.prefix_group = e.value("prefix_group", int64_t{0});
+      r.prefix_tokens = e.value("prefix_tokens", int64_t{0});
     } catch (const nlohmann::json::exception& ex) {
       return absl::InvalidArgumentError(where + ": " + ex.what());
     }
@@ -152,14 +161,20 @@ bool FitColumns(absl::Span<const StepSample> samples, const bool use[3],
 absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text) {
   absl::string_view t = absl::StripLeadingAsciiWhitespace(text);
   if (!t.empty() && (t[0] == '[' || t[0] == '{')) return ParseJsonTrace(t);
-  auto rows = ParseCsvNumbers(text, 3, 4);
+  auto rows = ParseCsvNumbers(text, 3, 6);
   if (!rows.ok()) return rows.status();
   std::vector<TraceRequest> out;
   for (size_t i = 0; i < rows->size(); ++i) {
     const auto& row = (*rows)[i];
+    if (row.size() == 5) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "trace row %d: prefix_group needs prefix_tokens (6 columns)", i + 1));
+    }
     TraceRequest r{row[0], static_cast<int64_t>(row[1]),
                    static_cast<int64_t>(row[2]),
-                   row.size() > 3 ? static_cast<int32_t>(row[3]) : 0};
+                   row.size() > 3 ? static_cast<int32_t>(row[3]) : 0,
+                   row.size() > 5 ? static_cast<int64_t>(row[4]) : 0,
+                   row.size() > 5 ? static_cast<int64_t>(row[5]) : 0};
     if (auto s = CheckRequest(r, absl::StrFormat("trace row %d", i + 1));
         !s.ok()) {
       return s;
@@ -202,6 +217,15 @@ absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) 
   }
   return StepCostModel{std::max(0.0, coef[0]), std::max(0.0, coef[1]),
                        std::max(0.0, coef[2])};
+}
+
+void OnlineStepCost::Record(const StepSample& sample) {
+  samples_.push_back(sample);
+  if (samples_.size() > 256) samples_.pop_front();
+  if (++recorded_ % 8 != 0) return;
+  auto fit =
+      FitStepCost(std::vector<StepSample>(samples_.begin(), samples_.end()));
+  if (fit.ok() && fit->prefill_token_ms > 0) model_ = *fit;
 }
 
 Percentiles ComputePercentiles(std::vector<double> values) {

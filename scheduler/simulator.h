@@ -5,6 +5,8 @@
 #define PDSERVE_SCHEDULER_SIMULATOR_H_
 
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,18 +18,22 @@
 namespace pdserve::scheduler {
 
 // One request of a trace: arrival time (seconds from the trace start),
-// prompt and output lengths (tokens, > 0), priority.
+// prompt and output lengths (tokens, > 0), priority. Requests of the same
+// prefix_group (> 0; 0 = none) share their first prefix_tokens prompt
+// tokens (<= prompt_tokens): a system prompt, a conversation so far.
 struct TraceRequest {
   double arrival_s = 0;
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int32_t priority = 0;
+  int64_t prefix_group = 0;
+  int64_t prefix_tokens = 0;
 };
 
 // Parses a trace: CSV with columns arrival_s,prompt_tokens,output_tokens
-// [,priority] (a header line and '#' comments allowed), or JSON: an array of
-// objects with those keys (or one object per line). INVALID_ARGUMENT names
-// the line / element and the bad value.
+// [,priority[,prefix_group,prefix_tokens]] (a header line and '#' comments
+// allowed), or JSON: an array of objects with those keys (or one object per
+// line). INVALID_ARGUMENT names the line / element and the bad value.
 absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text);
 
 // Step time in milliseconds = fixed_ms + prefill_token_ms * prefill tokens
@@ -56,6 +62,22 @@ absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text)
 // samples that vary in both counts; INVALID_ARGUMENT otherwise. Negative
 // coefficients are clamped to 0 (and the rest refitted).
 absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples);
+
+// The step-cost model the scheduler fits online (--itl-slowdown): to the
+// last 256 measured steps, refitted at every 8th; a fit without a per-token
+// prefill cost is ignored and the previous one kept. Not thread-safe (the
+// scheduler's loop thread owns one; so does each simulated cell).
+class OnlineStepCost {
+ public:
+  void Record(const StepSample& sample);
+  // Nullopt until the first usable fit.
+  const std::optional<StepCostModel>& model() const { return model_; }
+
+ private:
+  std::deque<StepSample> samples_;
+  int64_t recorded_ = 0;
+  std::optional<StepCostModel> model_;
+};
 
 // The per-step token budget that bounds inter-token latency: while
 // `decoding` sequences decode, prefill may add at most (slowdown - 1) times

@@ -10,8 +10,9 @@
 //     than the shortest one by more than `spill_waiting`;
 //  3. otherwise (no full page of prompt, or spilled) the least loaded cell
 //     (waiting, then running), ties taken in turn.
-// PickCell is pure; CellRouter adds the channels and a poller that keeps
-// every cell's load (SchedulerStatus) fresh.
+// The pure part (PickCell, PickForPhase) is in cell_routing.h; CellRouter
+// adds the channels and a poller that keeps every cell's load
+// (SchedulerStatus) fresh.
 #ifndef PDSERVE_SERVER_FRONTEND_CELL_ROUTER_H_
 #define PDSERVE_SERVER_FRONTEND_CELL_ROUTER_H_
 
@@ -28,51 +29,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/frontend/cell_routing.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
 
 namespace pdserve::frontend {
-
-// A cell's part in prefill/decode disaggregation (its scheduler's --role).
-enum class CellRole { kBoth, kPrefill, kDecode };
-// "prefill" / "decode"; anything else (an older scheduler: "") is kBoth.
-CellRole ParseCellRole(const std::string& role);
-
-// One cell as the router sees it (from its scheduler's GetStatus).
-struct CellLoad {
-  bool ready = false;  // the scheduler answers and has a ready engine
-  int64_t waiting = 0, running = 0;
-  int64_t max_seq_len = 0;
-  CellRole role = CellRole::kBoth;
-};
-
-// Which cells a pick may choose: kServe, a whole request or its decode
-// (cells of role both or decode; every cell when none of those is ready);
-// kPrefill, the prompt of a split request (prefill cells only).
-enum class CellPhase { kServe, kPrefill };
-
-// Why a cell was chosen (a metric label and the debug log).
-enum class RouteReason { kPrefix, kSpilled, kLeastLoaded, kNoneReady };
-const char* RouteReasonName(RouteReason reason);
-
-struct RouteDecision {
-  int cell = -1;  // index into the cells; -1 when none is ready
-  RouteReason reason = RouteReason::kNoneReady;
-};
-
-// The routing key of a prompt: a hash of its first whole pages (at most
-// `max_tokens` tokens, rounded down to `page_tokens`); nullopt when the
-// prompt has no whole page. Pure.
-std::optional<uint64_t> PrefixKey(absl::Span<const int32_t> prompt,
-                                  int64_t page_tokens = 16,
-                                  int64_t max_tokens = 1024);
-
-// Picks a cell for a request with routing key `key` (see the header
-// comment). `cell_ids` name the cells (their addresses) for the rendezvous
-// hash; `turn` breaks ties among equally loaded cells. Pure.
-RouteDecision PickCell(absl::Span<const CellLoad> cells,
-                       absl::Span<const std::string> cell_ids,
-                       std::optional<uint64_t> key, uint64_t turn,
-                       int64_t spill_waiting = 8);
 
 // Where cells come from. "host:port" is one cell. "dns:///name:port" is
 // every address `name` resolves to, re-resolved while the front end runs

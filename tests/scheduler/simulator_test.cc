@@ -35,6 +35,39 @@ TEST(SimulatorTest, RejectsBadTraces) {
               HasSubstr("element 0"));
 }
 
+TEST(SimulatorTest, ParsesSharedPrefixColumns) {
+  auto csv = ParseTrace("0,100,5,0,7,64\n0.1,80,5,1,7,64\n");
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_EQ((*csv)[1].prefix_group, 7);
+  EXPECT_EQ((*csv)[1].prefix_tokens, 64);
+  auto json = ParseTrace(
+      R"([{"arrival_s":0,"prompt_tokens":40,"output_tokens":2,)"
+      R"("prefix_group":3,"prefix_tokens":32}])");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ((*json)[0].prefix_tokens, 32);
+  EXPECT_THAT(ParseTrace("0,10,5,0,7\n").status().message(),
+              HasSubstr("needs prefix_tokens"));
+  EXPECT_THAT(ParseTrace("0,10,5,0,7,11\n").status().message(),
+              HasSubstr("prefix_tokens 11 within 0..prompt_tokens 10"));
+}
+
+TEST(SimulatorTest, OnlineCostFitsEveryEighthStep) {
+  OnlineStepCost online;
+  const StepCostModel truth{3.0, 0.2, 1.5};
+  for (int i = 0; i < 7; ++i) {
+    online.Record({i * 10, i % 3 + 1, truth.StepMs(i * 10, i % 3 + 1)});
+  }
+  EXPECT_FALSE(online.model().has_value());  // no fit before 8 steps
+  online.Record({5, 4, truth.StepMs(5, 4)});
+  ASSERT_TRUE(online.model().has_value());
+  EXPECT_NEAR(online.model()->fixed_ms, 3.0, 1e-6);
+  EXPECT_NEAR(online.model()->prefill_token_ms, 0.2, 1e-6);
+  EXPECT_NEAR(online.model()->decode_seq_ms, 1.5, 1e-6);
+  // Decode-only steps fit no prefill cost: the previous model stays.
+  for (int i = 0; i < 8; ++i) online.Record({0, 4, 99.0});
+  EXPECT_NEAR(online.model()->prefill_token_ms, 0.2, 1e-6);
+}
+
 TEST(SimulatorTest, SingleRequestTimingsFollowCostModel) {
   // 1 request: prompt 8 in one step (10 + 8*1 = 18 ms) gives token 1; then
   // 3 decodes of 10 + 2 = 12 ms each.

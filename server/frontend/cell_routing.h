@@ -1,0 +1,79 @@
+// The pure part of routing over cells: which cell a request goes to, from
+// the cells' loads and roles and the prompt's leading pages. No IO, no
+// clock, no threads: the front end's CellRouter and the cluster simulator
+// (`pdserve simulate --cells N`) call the same functions.
+//  1. prefix affinity: requests whose prompts share their leading KV pages
+//     (PrefixKey: a hash of the page-aligned prompt prefix) go to the same
+//     cell, chosen by rendezvous hashing over the ready cells, so its
+//     prefix cache serves them;
+//  2. bounded load: that cell is skipped when its waiting queue is longer
+//     than the shortest one by more than `spill_waiting`;
+//  3. otherwise (no full page of prompt, or spilled) the least loaded cell
+//     (waiting, then running), ties taken in turn.
+#ifndef PDSERVE_SERVER_FRONTEND_CELL_ROUTING_H_
+#define PDSERVE_SERVER_FRONTEND_CELL_ROUTING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/types/span.h"
+
+namespace pdserve::frontend {
+
+// A cell's part in prefill/decode disaggregation (its scheduler's --role).
+enum class CellRole { kBoth, kPrefill, kDecode };
+// "prefill" / "decode"; anything else (an older scheduler: "") is kBoth.
+CellRole ParseCellRole(const std::string& role);
+
+// One cell as the router sees it (from its scheduler's GetStatus).
+struct CellLoad {
+  bool ready = false;  // the scheduler answers and has a ready engine
+  int64_t waiting = 0, running = 0;
+  int64_t max_seq_len = 0;
+  CellRole role = CellRole::kBoth;
+};
+
+// Which cells a pick may choose: kServe, a whole request or its decode
+// (cells of role both or decode; every cell when none of those is ready);
+// kPrefill, the prompt of a split request (prefill cells only).
+enum class CellPhase { kServe, kPrefill };
+
+// Why a cell was chosen (a metric label and the debug log).
+enum class RouteReason { kPrefix, kSpilled, kLeastLoaded, kNoneReady };
+const char* RouteReasonName(RouteReason reason);
+
+struct RouteDecision {
+  int cell = -1;  // index into the cells; -1 when none is ready
+  RouteReason reason = RouteReason::kNoneReady;
+};
+
+// The routing key of a prompt: a hash of its first whole pages (at most
+// `max_tokens` tokens, rounded down to `page_tokens`); nullopt when the
+// prompt has no whole page. Pure.
+std::optional<uint64_t> PrefixKey(absl::Span<const int32_t> prompt,
+                                  int64_t page_tokens = 16,
+                                  int64_t max_tokens = 1024);
+
+// Picks a cell for a request with routing key `key` (see the header
+// comment). `cell_ids` name the cells (their addresses) for the rendezvous
+// hash; `turn` breaks ties among equally loaded cells. Pure.
+RouteDecision PickCell(absl::Span<const CellLoad> cells,
+                       absl::Span<const std::string> cell_ids,
+                       std::optional<uint64_t> key, uint64_t turn,
+                       int64_t spill_waiting = 8);
+
+// PickCell over the cells `phase` may use (see CellPhase): with no ready
+// cell of role both/decode, a kServe pick takes any ready cell. Pure.
+RouteDecision PickForPhase(absl::Span<const CellLoad> cells,
+                           absl::Span<const std::string> cell_ids,
+                           absl::Span<const int32_t> prompt, CellPhase phase,
+                           uint64_t turn);
+
+// Whether a request can be split: a ready prefill cell and a ready cell that
+// decodes (role both or decode). Pure.
+bool CanSplitAcross(absl::Span<const CellLoad> cells);
+
+}  // namespace pdserve::frontend
+
+#endif  // PDSERVE_SERVER_FRONTEND_CELL_ROUTING_H_
