@@ -1,0 +1,137 @@
+#include "server/frontend/cluster_simulator.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::frontend {
+namespace {
+
+using scheduler::TraceRequest;
+using ::testing::HasSubstr;
+
+ClusterConfig Base(int cells, int prefill_cells = 0) {
+  ClusterConfig c;
+  c.cells = cells;
+  c.prefill_cells = prefill_cells;
+  c.pool = {16, 8192, 4096, /*prefix_cache=*/true};
+  c.cost = {5.0, 0.5, 1.0};
+  c.itl_slowdown = 1.5;
+  return c;
+}
+
+// `streams` short decode streams at t=0 and a long prompt every `gap_s`.
+std::vector<TraceRequest> Mixed(int streams, int longs, double gap_s) {
+  std::vector<TraceRequest> t;
+  for (int i = 0; i < streams; ++i) t.push_back({0, 16, 128});
+  for (int k = 0; k < longs; ++k) t.push_back({0.05 + k * gap_s, 2048, 4});
+  return t;
+}
+
+TEST(ClusterSimulatorTest, OneCellWithAGivenCostEqualsTheSingleCellSimulator) {
+  ClusterConfig c = Base(1);
+  c.online_fit = false;
+  c.pool.prefix_cache = false;
+  const std::vector<TraceRequest> trace = Mixed(8, 3, 0.4);
+  const ClusterResult cluster = SimulateCluster(trace, c);
+  const scheduler::SimulationResult one =
+      scheduler::Simulate(trace, c.policy, c.pool, c.cost, c.itl_slowdown);
+  EXPECT_EQ(cluster.completed, one.completed);
+  EXPECT_EQ(cluster.ttft_ms.count, one.ttft_ms.count);
+  EXPECT_DOUBLE_EQ(cluster.ttft_ms.p99, one.ttft_ms.p99);
+  EXPECT_DOUBLE_EQ(cluster.itl_ms.p50, one.itl_ms.p50);
+  EXPECT_DOUBLE_EQ(cluster.itl_ms.p99, one.itl_ms.p99);
+  EXPECT_DOUBLE_EQ(cluster.duration_s, one.duration_s);
+  ASSERT_EQ(cluster.cells.size(), 1u);
+  EXPECT_EQ(cluster.cells[0].steps, one.steps);
+}
+
+TEST(ClusterSimulatorTest, SharedPrefixLandsOnOneCellAndHitsItsCache) {
+  // 32 requests sharing a 1,536-token system prompt, 0.2 s apart.
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 32; ++i) {
+    trace.push_back({i * 0.2, 1536 + 32, 16, 0, /*group=*/1, 1536});
+  }
+  const ClusterResult routed = SimulateCluster(trace, Base(4));
+  int cells_used = 0;
+  for (const SimCellStats& s : routed.cells) cells_used += s.routed > 0;
+  EXPECT_EQ(cells_used, 1);
+  EXPECT_GE(routed.prefix_hit_rate, 0.9);
+  ClusterConfig rr = Base(4);
+  rr.routing = SimRouting::kRoundRobin;
+  const ClusterResult spread = SimulateCluster(trace, rr);
+  for (const SimCellStats& s : spread.cells) EXPECT_EQ(s.routed, 8);
+  EXPECT_LT(spread.prefix_hit_rate, routed.prefix_hit_rate);
+  EXPECT_EQ(routed.completed, 32);
+}
+
+TEST(ClusterSimulatorTest, PrefillDecodeSplitShieldsDecodeStreams) {
+  const std::vector<TraceRequest> trace = Mixed(16, 6, 0.5);
+  const ClusterResult one = SimulateCluster(trace, Base(1));
+  const ClusterResult pd = SimulateCluster(trace, Base(2, 1));
+  EXPECT_EQ(one.completed, 22);
+  EXPECT_EQ(pd.completed, 22);
+  EXPECT_EQ(pd.handoffs, 6);
+  EXPECT_EQ(one.handoffs, 0);
+  // Every long prompt went to the prefill cell, every stream to the other.
+  EXPECT_TRUE(pd.cells[0].prefill_role);
+  EXPECT_EQ(pd.cells[0].routed, 6);
+  EXPECT_EQ(pd.cells[1].routed, 16 + 6);
+  EXPECT_LT(pd.itl_ms.p99, one.itl_ms.p99);
+  // A decode cell's steps carry at most the one token after each hand-off.
+  EXPECT_LE(pd.itl_ms.p99, Base(1).cost.StepMs(6, 22) + 1e-9);
+}
+
+TEST(ClusterSimulatorTest, HandoffTimeDelaysTheSecondToken) {
+  std::vector<TraceRequest> trace = {{0, 1024, 2}};
+  ClusterConfig c = Base(2, 1);
+  c.handoff_fixed_ms = 40;
+  c.handoff_ms_per_token = 0;
+  const ClusterResult r = SimulateCluster(trace, c);
+  ASSERT_EQ(r.itl_ms.count, 1);
+  // Hand-off, then a 1-token prefill step on the decode cell.
+  EXPECT_DOUBLE_EQ(r.itl_ms.p50, 40 + c.cost.StepMs(1, 0));
+}
+
+TEST(ClusterSimulatorTest, SloAttainmentAndGoodput) {
+  const std::vector<TraceRequest> trace = Mixed(4, 2, 0.3);
+  ClusterConfig c = Base(2);
+  const ClusterResult free = SimulateCluster(trace, c);
+  EXPECT_DOUBLE_EQ(free.slo_attainment, 1.0);
+  EXPECT_NEAR(free.goodput_rps, free.completed / free.duration_s, 1e-9);
+  c.slo.ttft_ms = 0.001;
+  const ClusterResult strict = SimulateCluster(trace, c);
+  EXPECT_DOUBLE_EQ(strict.slo_attainment, 0.0);
+  EXPECT_DOUBLE_EQ(strict.goodput_rps, 0.0);
+}
+
+TEST(ClusterSimulatorTest, SizingKeepsThePrefillShareAndLatencyFalls) {
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 200; ++i) trace.push_back({i * 0.01, 600, 32});
+  const std::vector<SizingRow> rows = SizeCluster(trace, Base(4, 2), 8);
+  ASSERT_EQ(rows.size(), 4u);
+  const int cells[] = {1, 2, 4, 8}, prefill[] = {0, 1, 2, 4};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].cells, cells[i]);
+    EXPECT_EQ(rows[i].prefill_cells, prefill[i]);
+    EXPECT_EQ(rows[i].result.completed, 200);
+  }
+  EXPECT_GT(rows[0].result.ttft_ms.p99, 4 * rows[3].result.ttft_ms.p99);
+  const std::vector<SizingRow> odd = SizeCluster(trace, Base(1), 6);
+  ASSERT_EQ(odd.size(), 4u);  // 1, 2, 4, 6
+  EXPECT_EQ(odd.back().cells, 6);
+}
+
+TEST(ClusterSimulatorTest, RejectsBadConfigs) {
+  EXPECT_THAT(CheckClusterConfig(Base(0)).message(), HasSubstr("cells 0"));
+  EXPECT_THAT(CheckClusterConfig(Base(2, 2)).message(),
+              HasSubstr("prefill cells 2 must be less than cells 2"));
+  ClusterConfig free = Base(1);
+  free.cost = {0, 0, 0};
+  EXPECT_THAT(CheckClusterConfig(free).message(), HasSubstr("costs nothing"));
+  EXPECT_TRUE(CheckClusterConfig(Base(3, 1)).ok());
+}
+
+}  // namespace
+}  // namespace pdserve::frontend
