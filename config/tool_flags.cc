@@ -46,8 +46,8 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
   FlagTable<O> t{"simulate", {}};
   t.flags = {
       Str("trace", "",
-          "trace file: CSV arrival_s,prompt_tokens,output_tokens[,priority] "
-          "or JSON",
+          "trace file: CSV arrival_s,prompt_tokens,output_tokens[,priority"
+          "[,prefix_group,prefix_tokens]] or JSON with those keys",
           &O::trace),
       Int("budget", "512", "per-step token budget", &O::budget, 1),
       Int("chunk", "256", "prefill chunk size (0 = chunking off)", &O::chunk,
@@ -75,10 +75,48 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
            "times a decode-only step (0 = fixed budget)",
            &O::itl_slowdown, 0, true),
       Str("calibration", "",
-          "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps: "
-          "fits the cost model",
+          "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps "
+          "(scheduler --step-log; several files comma-separated): fits the "
+          "cost model",
           &O::calibration),
       Bool("json", "print the result as JSON", &O::json),
+      Int("cells", "1", "cells (scheduler + engine) behind the front end",
+          &O::cells, 1, 4096),
+      Int("prefill-cells", "0",
+          "of the cells, this many prefill the prompts the front end splits "
+          "off (< --cells)",
+          &O::prefill_cells, 0, 4095),
+      Int("pd-min-prompt-tokens", "256",
+          "prompts of at least this many tokens are split onto a prefill "
+          "cell",
+          &O::pd_min_prompt_tokens, 1),
+      Real("handoff-fixed-ms", "2",
+           "KV hand-off cost: fixed milliseconds per hand-off",
+           &O::handoff_fixed_ms, 0, true),
+      Real("handoff-ms-per-token", "0.01",
+           "KV hand-off cost: milliseconds per prompt token moved",
+           &O::handoff_ms_per_token, 0, true),
+      Str("router", "prefix",
+          "how the front end picks cells: prefix (its router: prefix "
+          "affinity, bounded load, least loaded) or round-robin",
+          &O::router),
+      Str("budget-fit", "online",
+          "the adaptive budget's cost model: online (fitted to each cell's "
+          "own steps as the scheduler does) or given (the cost model from "
+          "the first step)",
+          &O::budget_fit),
+      Bool("no-prefix-cache", "cells keep no prompt prefixes to share",
+           &O::prefix_cache, /*invert=*/true),
+      Real("slo-ttft-ms", "0",
+           "latency objective: time to first token (0 = none)",
+           &O::slo_ttft_ms, 0, true),
+      Real("slo-itl-ms", "0",
+           "latency objective: a request's mean inter-token gap (0 = none)",
+           &O::slo_itl_ms, 0, true),
+      Int("sizing", "0",
+          "also print a sizing table for 1, 2, 4, ... up to this many cells "
+          "(keeping the prefill share)",
+          &O::sizing, 0, 4096),
   };
   return t;
 }

@@ -49,6 +49,19 @@ struct SimulateOptions {
   std::optional<double> decode_seq_ms;
   double itl_slowdown = 0;  // 0 = fixed budget
   bool json = false;
+  // The cluster: cells, of them prefill cells (0 = none), the split
+  // threshold and the hand-off cost, how requests are routed.
+  int64_t cells = 1;
+  int64_t prefill_cells = 0;
+  int64_t pd_min_prompt_tokens = 0;  // tokens
+  double handoff_fixed_ms = 0;
+  double handoff_ms_per_token = 0;
+  std::string router;      // "prefix" | "round-robin"
+  std::string budget_fit;  // "online" | "given"
+  bool prefix_cache = true;
+  double slo_ttft_ms = 0;  // 0 = not constrained
+  double slo_itl_ms = 0;
+  int64_t sizing = 0;      // > 0: the sizing table up to this many cells
 };
 
 const FlagTable<ChatOptions>& ChatFlagTable();

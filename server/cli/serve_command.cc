@@ -206,6 +206,16 @@ void SplitThreads(int64_t threads, int cells, std::vector<std::string>& args) {
   args.push_back(absl::StrCat("--threads=", std::max<int64_t>(1, total / cells)));
 }
 
+// With several cells, a forwarded --step-log=PATH becomes PATH.<cell> (one
+// log per scheduler, for `simulate --calibration`).
+void PerCellStepLog(int c, std::vector<std::string>& args) {
+  for (std::string& a : args) {
+    if (absl::StartsWith(a, "--step-log=") && a.size() > 11) {
+      absl::StrAppend(&a, ".", c);
+    }
+  }
+}
+
 // --prefill-cells: cell `c` of them gets --role prefill, the rest decode; a
 // forwarded --role is replaced.
 void SetRole(int c, int64_t prefill_cells, std::vector<std::string>& args) {
@@ -278,6 +288,7 @@ int RunServe(int argc, char** argv) {
                  metrics[1 + 2 * c]}};
     Forward(given, config::SchedulerFlagTable(), sched.args);
     SetRole(c, o.prefill_cells, sched.args);
+    if (cells > 1) PerCellStepLog(c, sched.args);
     engines.push_back(std::move(engine));
     scheds.push_back(std::move(sched));
   }

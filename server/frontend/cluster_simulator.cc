@@ -68,6 +68,7 @@ struct Progress {
   int64_t tokens = 0;
   int64_t cached = 0;
   bool rejected = false;
+  std::vector<double> token_ms;  // with record_token_times
 };
 
 struct Handoff {
@@ -80,11 +81,13 @@ struct Handoff {
 class ClusterRun {
  public:
   ClusterRun(absl::Span<const TraceRequest> trace, const ClusterConfig& c)
-      : config_(c), reqs_(trace.begin(), trace.end()) {
-    std::stable_sort(reqs_.begin(), reqs_.end(),
-                     [](const auto& a, const auto& b) {
-                       return a.arrival_s < b.arrival_s;
-                     });
+      : config_(c) {
+    order_.resize(trace.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+      return trace[a].arrival_s < trace[b].arrival_s;
+    });
+    for (size_t i : order_) reqs_.push_back(trace[i]);
     for (int i = 0; i < c.cells; ++i) {
       cells_.push_back(std::make_unique<Cell>(c, i < c.prefill_cells));
       ids_.push_back(absl::StrCat("cell-", i));
@@ -107,7 +110,8 @@ class ClusterRun {
   ClusterResult Summarise() const;
 
   const ClusterConfig& config_;
-  std::vector<TraceRequest> reqs_;
+  std::vector<TraceRequest> reqs_;  // by arrival
+  std::vector<size_t> order_;       // reqs_[i] is trace[order_[i]]
   std::vector<std::unique_ptr<Cell>> cells_;
   std::vector<std::string> ids_;
   std::vector<CellLoad> loads_;  // as of the last poll, plus picks since
@@ -189,6 +193,7 @@ void ClusterRun::Emit(size_t request, bool decode_part) {
   }
   p.last_ms = now_ms_;
   ++p.tokens;
+  if (config_.record_token_times) p.token_ms.push_back(now_ms_);
   const TraceRequest& r = reqs_[request];
   const bool split_prefill = !decode_part && config_.prefill_cells > 0 &&
                              r.prompt_tokens >= config_.pd_min_prompt_tokens;
@@ -313,6 +318,12 @@ ClusterResult ClusterRun::Summarise() const {
   if (r.duration_s > 0) {
     r.output_tokens_per_s = output_tokens / r.duration_s;
     r.goodput_rps = met / r.duration_s;
+  }
+  if (config_.record_token_times) {
+    r.token_ms.resize(reqs_.size());
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      r.token_ms[order_[i]] = progress_[i].token_ms;
+    }
   }
   for (const auto& c : cells_) {
     r.preemptions += c->policy.preemptions();

@@ -56,6 +56,8 @@ struct ClusterConfig {
   double poll_interval_ms = 100;  // the front end's load refresh
   SimRouting routing = SimRouting::kRouter;
   LatencySlo slo;
+  // Keep every token's time per request (ClusterResult::token_ms).
+  bool record_token_times = false;
 };
 
 // INVALID_ARGUMENT naming the value when `config` cannot be simulated.
@@ -86,6 +88,9 @@ struct ClusterResult {
   double slo_attainment = 0;
   double goodput_rps = 0;
   std::vector<SimCellStats> cells;
+  // With record_token_times: per request of the trace, in the trace's
+  // order, the time of each of its tokens in ms from the trace start.
+  std::vector<std::vector<double>> token_ms;
 };
 
 // Replays `trace` (any order; sorted by arrival) through the cluster. A

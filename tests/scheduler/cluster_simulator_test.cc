@@ -94,6 +94,20 @@ TEST(ClusterSimulatorTest, HandoffTimeDelaysTheSecondToken) {
   EXPECT_DOUBLE_EQ(r.itl_ms.p50, 40 + c.cost.StepMs(1, 0));
 }
 
+TEST(ClusterSimulatorTest, RecordsTokenTimesInTraceOrder) {
+  // Given out of arrival order: the result follows the trace's order.
+  std::vector<TraceRequest> trace = {{0.5, 8, 3}, {0, 8, 2}};
+  ClusterConfig c = Base(1);
+  c.record_token_times = true;
+  const ClusterResult r = SimulateCluster(trace, c);
+  ASSERT_EQ(r.token_ms.size(), 2u);
+  EXPECT_EQ(r.token_ms[0].size(), 3u);
+  EXPECT_EQ(r.token_ms[1].size(), 2u);
+  EXPECT_GT(r.token_ms[0][0], 500);
+  EXPECT_LT(r.token_ms[1][0], 500);
+  EXPECT_TRUE(SimulateCluster(trace, Base(1)).token_ms.empty());
+}
+
 TEST(ClusterSimulatorTest, SloAttainmentAndGoodput) {
   const std::vector<TraceRequest> trace = Mixed(4, 2, 0.3);
   ClusterConfig c = Base(2);

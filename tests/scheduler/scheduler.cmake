@@ -19,7 +19,7 @@ pdserve_add_test(NAME live_request_ids_test LABEL unit
 pdserve_add_test(NAME simulate_cli_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/simulate_cli_test.cc
           ${CMAKE_SOURCE_DIR}/server/cli/simulate_command.cc
-  LIBS pdserve_scheduler_simulator pdserve_config nlohmann_json::nlohmann_json)
+  LIBS pdserve_cluster_simulator pdserve_config nlohmann_json::nlohmann_json)
 pdserve_add_test(NAME cluster_simulator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cluster_simulator_test.cc
   LIBS pdserve_cluster_simulator)

@@ -117,6 +117,54 @@ TEST_F(SimulateCliTest, EnvironmentReachesTheCommand) {
       7.5);
 }
 
+TEST_F(SimulateCliTest, SimulatesASplitClusterAndPrintsASizingTable) {
+  // Long prompts over the split threshold go to the prefill cell and are
+  // handed to the decode cell.
+  std::string csv;
+  for (int i = 0; i < 12; ++i) {
+    csv += std::to_string(i * 0.05) + (i % 2 ? ",600,16,0,1,512\n" : ",40,16\n");
+  }
+  const std::string trace = WriteTemp("split.csv", csv);
+  Result r = RunSimulate({"--trace", trace, "--json", "--cells", "2",
+                          "--prefill-cells", "1", "--pd-min-prompt-tokens",
+                          "256", "--slo-ttft-ms", "100000", "--sizing", "4"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["completed"], 12);
+  EXPECT_EQ(j["handoffs"], 6);
+  ASSERT_EQ(j["cells"].size(), 2u);
+  EXPECT_EQ(j["cells"][0]["role"], "prefill");
+  EXPECT_EQ(j["cells"][0]["routed"], 6);
+  EXPECT_DOUBLE_EQ(j["slo_attainment"].get<double>(), 1.0);
+  EXPECT_GT(j["prefix_hit_rate"].get<double>(), 0.3);  // 5 of 6 share 512
+  ASSERT_EQ(j["sizing"].size(), 3u);  // 1, 2, 4 cells
+  EXPECT_EQ(j["sizing"][0]["prefill_cells"], 0);
+  EXPECT_EQ(j["sizing"][0]["handoffs"], 0);
+  EXPECT_EQ(j["sizing"][2]["cells"], 4);
+  EXPECT_EQ(j["sizing"][2]["prefill_cells"], 2);
+  Result text = RunSimulate({"--trace", trace, "--cells", "2", "--sizing", "2"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("sizing (the same trace)"));
+  EXPECT_THAT(text.out, HasSubstr("cells 2 (prefill 0)"));
+}
+
+TEST_F(SimulateCliTest, BadClusterFlagsAreUsageErrors) {
+  Result split = RunSimulate({"--trace", trace_, "--cells", "2",
+                              "--prefill-cells", "2"});
+  EXPECT_EQ(split.code, 2);
+  EXPECT_THAT(split.err, HasSubstr("prefill cells 2 must be less than cells 2"));
+  Result router = RunSimulate({"--trace", trace_, "--router", "random"});
+  EXPECT_EQ(router.code, 2);
+  EXPECT_THAT(router.err, HasSubstr("--router random must be prefix or round-robin"));
+  Result fit = RunSimulate({"--trace", trace_, "--budget-fit", "x"});
+  EXPECT_EQ(fit.code, 2);
+  EXPECT_THAT(fit.err, HasSubstr("--budget-fit x"));
+  Result calib = RunSimulate({"--trace", trace_, "--calibration",
+                              WriteTemp("bad.csv", "1,2\n")});
+  EXPECT_EQ(calib.code, 2);
+  EXPECT_THAT(calib.err, HasSubstr("bad.csv: line 1: 2 columns"));
+}
+
 TEST_F(SimulateCliTest, BadInputIsAUsageError) {
   Result no_trace = RunSimulate({});
   EXPECT_EQ(no_trace.code, 2);
