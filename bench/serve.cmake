@@ -22,7 +22,7 @@ add_dependencies(recovery_bench pdserve)
 # 2,048-token prompts keep arriving, as a ratio. Prints JSON.
 add_executable(pd_bench ${CMAKE_CURRENT_LIST_DIR}/pd_bench.cc)
 target_link_libraries(pd_bench PRIVATE pdserve_serve_harness
-  pdserve_bench_flags nlohmann_json::nlohmann_json absl::strings)
+  pdserve_bench_flags pdserve_cluster_simulator nlohmann_json::nlohmann_json absl::strings)
 target_compile_definitions(pd_bench PRIVATE
   PDSERVE_SHARED_DIR="${PDSERVE_SHARED_DIR}"
   PDSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")

@@ -142,7 +142,8 @@ FlagTable<SchedulerProcessOptions> MakeSchedulerFlags() {
           "step waits at the engine while one runs; 1 = none)",
           &O::pipeline_depth, 1),
       Str("step-log", "",
-          "write prefill_tokens,decode_seqs,step_ms per step (for simulate "
+          "write prefill_tokens,decode_seqs,step_ms,attended_mpairs per step "
+          "(for simulate "
           "--calibration)",
           &O::step_log),
       Str("name", "",

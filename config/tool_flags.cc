@@ -70,12 +70,17 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
                    "step cost: ms per decoding sequence (default 0.5, or the "
                    "fit)",
                    &O::decode_seq_ms, 0),
+      OptionalReal("attention-ms",
+                   "step cost: ms per million attended (token, position) "
+                   "pairs (default 0, or the fit)",
+                   &O::attention_ms, 0),
       Real("itl-slowdown", "1.5",
            "adaptive budget as in serve: a step with prefill costs at most X "
            "times a decode-only step (0 = fixed budget)",
            &O::itl_slowdown, 0, true),
       Str("calibration", "",
-          "CSV prefill_tokens,decode_seqs,step_ms of measured engine steps "
+          "CSV prefill_tokens,decode_seqs,step_ms[,attended_mpairs] of measured "
+          "engine steps "
           "(scheduler --step-log; several files comma-separated): fits the "
           "cost model",
           &O::calibration),

@@ -47,6 +47,7 @@ struct SimulateOptions {
   std::optional<double> fixed_ms;
   std::optional<double> prefill_token_ms;
   std::optional<double> decode_seq_ms;
+  std::optional<double> attention_ms;
   double itl_slowdown = 0;  // 0 = fixed budget
   bool json = false;
   // The cluster: cells, of them prefill cells (0 = none), the split

@@ -6,6 +6,15 @@
 #include "absl/strings/str_format.h"
 
 namespace pdserve::scheduler {
+namespace {
+
+// Attention pairs of `n` tokens computed from KV position `start`: token i
+// (0-based) attends to start + i + 1 positions.
+int64_t AttendedPairs(int64_t start, int64_t n) {
+  return n * start + n * (n + 1) / 2;
+}
+
+}  // namespace
 
 Policy::Policy(PolicyConfig config, PoolGeometry pool)
     : config_(config),
@@ -173,6 +182,7 @@ void Policy::PlanDecodes(StepPlan& plan, int64_t& budget) {
     Seq& s = seqs_.at(id);
     if (s.prefilled < s.target_prompt || budget == 0) continue;
     PlanItem item{id, 1, false, false};
+    plan.attended_pairs += s.kv_tokens + 1;
     if (PagesFor(s.kv_tokens + 1) > s.pages) {
       // Fits: the loop above preempted until every growth does.
       item.pages = *ledger_.Grow(id, s.kv_tokens + 1);
@@ -215,6 +225,7 @@ void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
     plan.items.push_back(
         {id, free + n, true, s.prefilled + free + n == s.target_prompt, free});
     plan.prefill_tokens += n;
+    plan.attended_pairs += AttendedPairs(s.prefilled + free, n);
     budget = std::max<int64_t>(0, budget - n);
   }
 }
@@ -264,6 +275,7 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
     plan.items.push_back({id, free + n, true,
                           s.prefilled + free + n == s.target_prompt, free});
     plan.prefill_tokens += n;
+    plan.attended_pairs += AttendedPairs(s.prefilled + free, n);
     budget = std::max<int64_t>(0, budget - n);
   }
   SortRunning();
@@ -292,6 +304,23 @@ int64_t Policy::decoding() const {
     n += s.prefilled >= s.target_prompt ? 1 : 0;
   }
   return n;
+}
+
+int64_t Policy::decoding_kv_tokens() const {
+  int64_t n = 0;
+  for (SequenceId id : running_) {
+    const Seq& s = seqs_.at(id);
+    n += s.prefilled >= s.target_prompt ? s.kv_tokens : 0;
+  }
+  return n;
+}
+
+int64_t Policy::next_prefill_position() const {
+  for (SequenceId id : running_) {
+    const Seq& s = seqs_.at(id);
+    if (s.prefilled < s.target_prompt) return s.prefilled + s.cached;
+  }
+  return 0;
 }
 
 void Policy::MarkPrefixCached(SequenceId id, int64_t tokens) {

@@ -124,6 +124,10 @@ struct StepPlan {
   std::vector<PlanItem> items;   // the batch of this step
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
+  // Attention work of the step: over every token computed, the KV
+  // positions it attends to (a decode at context c: c + 1; a prefill chunk
+  // of n tokens from position p: n*p + n*(n+1)/2). Cached tokens count none.
+  int64_t attended_pairs = 0;
   bool empty() const { return items.empty() && release.empty(); }
 };
 
@@ -192,6 +196,11 @@ class Policy {
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   // Running sequences past their prompt (each decodes one token a step).
   int64_t decoding() const;
+  // KV tokens those decoding sequences hold (their next step's attention).
+  int64_t decoding_kv_tokens() const;
+  // Where the next prefill chunk starts: the KV position of the first
+  // running sequence still prefilling, else 0 (an admission).
+  int64_t next_prefill_position() const;
   int64_t free_pages() const { return ledger_.free_pages(); }
   // Free pages the prefix cache still holds (counted in free_pages()).
   int64_t cached_pages() const { return ledger_.cached_pages(); }

@@ -33,7 +33,7 @@ SchedulerShell::SchedulerShell(ShellOptions options)
   if (!options_.step_log_path.empty()) {
     step_log_ = std::fopen(options_.step_log_path.c_str(), "w");
     if (step_log_ != nullptr) {
-      std::fprintf(step_log_, "prefill_tokens,decode_seqs,step_ms\n");
+      std::fprintf(step_log_, "prefill_tokens,decode_seqs,step_ms,attended_mpairs\n");
     }
   }
 }
@@ -484,8 +484,8 @@ void SchedulerShell::AdaptBudget() {
     return;
   }
   if (!online_cost_.model().has_value()) return;
-  policy_->set_step_token_budget(AdaptiveStepBudget(
-      *online_cost_.model(), policy_->decoding(), options_.itl_slowdown,
+  policy_->set_step_token_budget(AdaptiveStepBudgetFor(
+      *policy_, *online_cost_.model(), options_.itl_slowdown,
       options_.min_prefill_chunk, options_.policy.step_token_budget));
 }
 

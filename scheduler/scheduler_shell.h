@@ -43,7 +43,7 @@ struct ShellOptions {
   PolicyConfig policy;
   std::string engine_target;  // host:port of the engine
   std::string
-      step_log_path;  // CSV prefill_tokens,decode_seqs,step_ms (calibration)
+      step_log_path;  // CSV prefill_tokens,decode_seqs,step_ms,attended_mpairs
   // A step result not back within this time (a hung engine) ends the step
   // stream: in-flight requests fail UNAVAILABLE and the shell reconnects.
   std::chrono::milliseconds step_deadline{120000};

@@ -208,12 +208,13 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
   }
   if (resp.outputs_size() > 0) {
     ++steps_;
-    online_cost_.Record(
-        {plan.prefill_tokens, plan.decode_tokens, resp.step_ms()});
+    const StepSample sample = SampleOf(plan, resp.step_ms());
+    online_cost_.Record(sample);
     if (step_log_ != nullptr) {
-      std::fprintf(step_log_, "%ld,%ld,%.3f\n",
-                   static_cast<long>(plan.prefill_tokens),
-                   static_cast<long>(plan.decode_tokens), resp.step_ms());
+      std::fprintf(step_log_, "%ld,%ld,%.3f,%.6f\n",
+                   static_cast<long>(sample.prefill_tokens),
+                   static_cast<long>(sample.decode_seqs), sample.step_ms,
+                   sample.attended_mpairs);
       std::fflush(step_log_);
     }
   }

@@ -117,43 +117,49 @@ absl::StatusOr<std::vector<std::vector<double>>> ParseCsvNumbers(
   return rows;
 }
 
-// Solves the 3x3 system a x = b (Gaussian elimination); false if singular.
-bool Solve3(double a[3][3], double b[3], double x[3]) {
-  for (int c = 0; c < 3; ++c) {
+constexpr int kTerms = 4;  // fixed, prefill tokens, decode seqs, attention
+
+// Solves the kTerms x kTerms system a x = b (Gaussian elimination with
+// partial pivoting); false if singular.
+bool Solve(double a[kTerms][kTerms], double b[kTerms], double x[kTerms]) {
+  for (int c = 0; c < kTerms; ++c) {
     int p = c;
-    for (int r = c + 1; r < 3; ++r) {
+    for (int r = c + 1; r < kTerms; ++r) {
       if (std::fabs(a[r][c]) > std::fabs(a[p][c])) p = r;
     }
     if (std::fabs(a[p][c]) < 1e-12) return false;
     std::swap(a[p], a[c]);
     std::swap(b[p], b[c]);
-    for (int r = 0; r < 3; ++r) {
+    for (int r = 0; r < kTerms; ++r) {
       if (r == c) continue;
       const double f = a[r][c] / a[c][c];
-      for (int k = 0; k < 3; ++k) a[r][k] -= f * a[c][k];
+      for (int k = 0; k < kTerms; ++k) a[r][k] -= f * a[c][k];
       b[r] -= f * b[c];
     }
   }
-  for (int i = 0; i < 3; ++i) x[i] = b[i] / a[i][i];
+  for (int i = 0; i < kTerms; ++i) x[i] = b[i] / a[i][i];
   return true;
 }
 
 // Least squares over the columns in `use` (the others fixed at 0).
-bool FitColumns(absl::Span<const StepSample> samples, const bool use[3],
-                double coef[3]) {
-  double a[3][3] = {}, b[3] = {};
+bool FitColumns(absl::Span<const StepSample> samples, const bool use[kTerms],
+                double coef[kTerms]) {
+  double a[kTerms][kTerms] = {}, b[kTerms] = {};
   for (const StepSample& s : samples) {
-    const double f[3] = {1.0, static_cast<double>(s.prefill_tokens),
-                         static_cast<double>(s.decode_seqs)};
-    for (int i = 0; i < 3; ++i) {
+    const double f[kTerms] = {1.0, static_cast<double>(s.prefill_tokens),
+                              static_cast<double>(s.decode_seqs),
+                              s.attended_mpairs};
+    for (int i = 0; i < kTerms; ++i) {
       b[i] += use[i] ? f[i] * s.step_ms : 0;
-      for (int j = 0; j < 3; ++j) a[i][j] += use[i] && use[j] ? f[i] * f[j] : 0;
+      for (int j = 0; j < kTerms; ++j) {
+        a[i][j] += use[i] && use[j] ? f[i] * f[j] : 0;
+      }
     }
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kTerms; ++i) {
     if (!use[i]) a[i][i] = 1;  // pins the unused coefficient to 0
   }
-  return Solve3(a, b, coef);
+  return Solve(a, b, coef);
 }
 
 }  // namespace
@@ -185,12 +191,12 @@ absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text) {
-  auto rows = ParseCsvNumbers(text, 3, 3);
+  auto rows = ParseCsvNumbers(text, 3, 4);
   if (!rows.ok()) return rows.status();
   std::vector<StepSample> out;
   for (const auto& row : *rows) {
     out.push_back({static_cast<int64_t>(row[0]), static_cast<int64_t>(row[1]),
-                   row[2]});
+                   row[2], row.size() > 3 ? row[3] : 0});
   }
   return out;
 }
@@ -200,9 +206,10 @@ absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) 
     return absl::InvalidArgumentError(absl::StrFormat(
         "calibration needs at least 3 step samples; got %d", samples.size()));
   }
-  bool use[3] = {true, true, true};
-  double coef[3];
-  for (int round = 0; round < 3; ++round) {
+  bool use[kTerms] = {true, true, true, false};
+  for (const StepSample& s : samples) use[3] = use[3] || s.attended_mpairs > 0;
+  double coef[kTerms];
+  for (int round = 0; round < kTerms; ++round) {
     if (!FitColumns(samples, use, coef)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "calibration samples (%d) do not vary in both prefill tokens and "
@@ -210,13 +217,13 @@ absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) 
           samples.size()));
     }
     bool changed = false;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kTerms; ++i) {
       if (use[i] && coef[i] < 0) use[i] = false, changed = true;
     }
     if (!changed) break;
   }
   return StepCostModel{std::max(0.0, coef[0]), std::max(0.0, coef[1]),
-                       std::max(0.0, coef[2])};
+                       std::max(0.0, coef[2]), std::max(0.0, coef[3])};
 }
 
 void OnlineStepCost::Record(const StepSample& sample) {
@@ -248,16 +255,43 @@ Percentiles ComputePercentiles(std::vector<double> values) {
 
 int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
                            double slowdown, int64_t min_prefill,
-                           int64_t max_budget) {
+                           int64_t max_budget, int64_t decoding_kv_tokens,
+                           int64_t prefill_position) {
   if (slowdown <= 1 || decoding <= 0 || cost.prefill_token_ms <= 0) {
     return max_budget;
   }
-  const double extra_ms = (slowdown - 1.0) * cost.StepMs(0, decoding);
-  const double prefill = std::min(
-      extra_ms / cost.prefill_token_ms, static_cast<double>(max_budget));
+  // A decode at context c attends c + 1 positions.
+  const double decode_mpairs =
+      static_cast<double>(decoding_kv_tokens + decoding) / 1e6;
+  const double extra_ms =
+      (slowdown - 1.0) * cost.StepMs(0, decoding, decode_mpairs);
+  // Each prefill token attends about prefill_position more positions.
+  const double token_ms =
+      cost.prefill_token_ms +
+      cost.attention_ms * static_cast<double>(prefill_position) / 1e6;
+  const double prefill =
+      std::min(extra_ms / token_ms, static_cast<double>(max_budget));
   const int64_t budget =
       decoding + std::max(min_prefill, static_cast<int64_t>(prefill));
   return std::min(max_budget, budget);
+}
+
+int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
+                              double slowdown, int64_t min_prefill,
+                              int64_t max_budget) {
+  return AdaptiveStepBudget(cost, policy.decoding(), slowdown, min_prefill,
+                            max_budget, policy.decoding_kv_tokens(),
+                            policy.next_prefill_position());
+}
+
+StepSample SampleOf(const StepPlan& plan, double step_ms) {
+  return {plan.prefill_tokens, plan.decode_tokens, step_ms,
+          static_cast<double>(plan.attended_pairs) / 1e6};
+}
+
+double PlannedStepMs(const StepCostModel& cost, const StepPlan& plan) {
+  return cost.StepMs(plan.prefill_tokens, plan.decode_tokens,
+                     static_cast<double>(plan.attended_pairs) / 1e6);
 }
 
 SimulationResult Simulate(absl::Span<const TraceRequest> trace,
@@ -287,9 +321,8 @@ SimulationResult Simulate(absl::Span<const TraceRequest> trace,
       }
     }
     if (itl_slowdown > 1) {
-      policy.set_step_token_budget(
-          AdaptiveStepBudget(cost, policy.decoding(), itl_slowdown, 1,
-                             config.step_token_budget));
+      policy.set_step_token_budget(AdaptiveStepBudgetFor(
+          policy, cost, itl_slowdown, 1, config.step_token_budget));
     }
     StepPlan plan = policy.Plan();
     if (plan.items.empty()) {
@@ -299,7 +332,7 @@ SimulationResult Simulate(absl::Span<const TraceRequest> trace,
       now_ms = std::max(now_ms, reqs[next].arrival_s * 1000.0);
       continue;
     }
-    now_ms += cost.StepMs(plan.prefill_tokens, plan.decode_tokens);
+    now_ms += PlannedStepMs(cost, plan);
     ++result.steps;
     batch_sum += static_cast<int64_t>(plan.items.size());
     for (const PlanItem& item : plan.items) {

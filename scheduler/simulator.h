@@ -37,30 +37,38 @@ struct TraceRequest {
 absl::StatusOr<std::vector<TraceRequest>> ParseTrace(absl::string_view text);
 
 // Step time in milliseconds = fixed_ms + prefill_token_ms * prefill tokens
-// + decode_seq_ms * decoding sequences.
+// + decode_seq_ms * decoding sequences + attention_ms * millions of
+// attended pairs (StepPlan::attended_pairs / 1e6: what grows with context).
 struct StepCostModel {
   double fixed_ms = 2.0;
   double prefill_token_ms = 0.05;
   double decode_seq_ms = 0.5;
-  double StepMs(int64_t prefill_tokens, int64_t decode_seqs) const {
+  double attention_ms = 0;  // per million attended (token, position) pairs
+  double StepMs(int64_t prefill_tokens, int64_t decode_seqs,
+                double attended_mpairs = 0) const {
     return fixed_ms + prefill_token_ms * static_cast<double>(prefill_tokens) +
-           decode_seq_ms * static_cast<double>(decode_seqs);
+           decode_seq_ms * static_cast<double>(decode_seqs) +
+           attention_ms * attended_mpairs;
   }
 };
 
-// A measured engine step, for calibration.
+// A measured engine step, for calibration (attended_mpairs: the plan's
+// attended_pairs / 1e6; 0 in logs that predate it).
 struct StepSample {
   int64_t prefill_tokens = 0;
   int64_t decode_seqs = 0;
   double step_ms = 0;
+  double attended_mpairs = 0;
 };
 
-// Parses calibration samples: CSV prefill_tokens,decode_seqs,step_ms.
+// Parses calibration samples: CSV prefill_tokens,decode_seqs,step_ms
+// [,attended_mpairs] (what the scheduler's --step-log writes).
 absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text);
 
 // Least-squares fit of the cost model to measured steps. Needs at least 3
 // samples that vary in both counts; INVALID_ARGUMENT otherwise. Negative
-// coefficients are clamped to 0 (and the rest refitted).
+// coefficients are clamped to 0 (and the rest refitted); attention_ms is
+// fitted only when the samples carry attended pairs.
 absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples);
 
 // The step-cost model the scheduler fits online (--itl-slowdown): to the
@@ -80,14 +88,28 @@ class OnlineStepCost {
 };
 
 // The per-step token budget that bounds inter-token latency: while
-// `decoding` sequences decode, prefill may add at most (slowdown - 1) times
-// the cost of a decode-only step, i.e. decoding + that many prefill tokens,
-// but at least decoding + min_prefill and at most max_budget. With
-// slowdown <= 1, nothing decoding, or a cost model without a per-token
-// prefill cost: max_budget. Pure; the scheduler shell and Simulate share it.
+// `decoding` sequences decode (holding `decoding_kv_tokens` KV tokens),
+// prefill may add at most (slowdown - 1) times the cost of a decode-only
+// step, i.e. decoding + that many prefill tokens at their cost from
+// position `prefill_position` on (attention grows with it), but at least
+// decoding + min_prefill and at most max_budget. With slowdown <= 1,
+// nothing decoding, or a cost model without a per-token prefill cost:
+// max_budget. Pure; the scheduler shell and the simulators share it.
 int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
                            double slowdown, int64_t min_prefill,
-                           int64_t max_budget);
+                           int64_t max_budget,
+                           int64_t decoding_kv_tokens = 0,
+                           int64_t prefill_position = 0);
+
+// AdaptiveStepBudget for `policy`'s state now.
+int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
+                              double slowdown, int64_t min_prefill,
+                              int64_t max_budget);
+
+// The sample a step of `plan` taking `step_ms` gives.
+StepSample SampleOf(const StepPlan& plan, double step_ms);
+// What the cost model says a step of `plan` takes.
+double PlannedStepMs(const StepCostModel& cost, const StepPlan& plan);
 
 // Latency percentiles in milliseconds.
 struct Percentiles {

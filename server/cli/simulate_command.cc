@@ -64,6 +64,7 @@ absl::StatusOr<scheduler::StepCostModel> CostModel(
   if (o.fixed_ms) cost.fixed_ms = *o.fixed_ms;
   if (o.prefill_token_ms) cost.prefill_token_ms = *o.prefill_token_ms;
   if (o.decode_seq_ms) cost.decode_seq_ms = *o.decode_seq_ms;
+  if (o.attention_ms) cost.attention_ms = *o.attention_ms;
   return cost;
 }
 
@@ -130,8 +131,10 @@ nlohmann::json ResultJson(const frontend::ClusterResult& r) {
 
 void PrintText(const frontend::ClusterConfig& c,
                const frontend::ClusterResult& r, size_t requests) {
-  std::printf("cost model: %.3f ms + %.4f ms/prefill token + %.3f ms/decoding seq\n",
-              c.cost.fixed_ms, c.cost.prefill_token_ms, c.cost.decode_seq_ms);
+  std::printf("cost model: %.3f ms + %.4f ms/prefill token + %.3f ms/decoding "
+              "seq + %.3f ms/million attended pairs\n",
+              c.cost.fixed_ms, c.cost.prefill_token_ms, c.cost.decode_seq_ms,
+              c.cost.attention_ms);
   const nlohmann::json j = ResultJson(r);
   std::printf("cells %d (prefill %d)  requests %zu  completed %ld  rejected %ld  "
               "steps %ld  preemptions %ld  mean batch %.1f  hand-offs %ld  "
@@ -198,7 +201,8 @@ int RunSimulate(int argc, char** argv) {
   j["prefill_cells"] = cluster->prefill_cells;
   j["cost_model"] = {{"fixed_ms", cluster->cost.fixed_ms},
                      {"prefill_token_ms", cluster->cost.prefill_token_ms},
-                     {"decode_seq_ms", cluster->cost.decode_seq_ms}};
+                     {"decode_seq_ms", cluster->cost.decode_seq_ms},
+                     {"attention_ms", cluster->cost.attention_ms}};
   if (!sizing.empty()) {
     j["sizing"] = nlohmann::json::array();
     for (const frontend::SizingRow& row : sizing) {

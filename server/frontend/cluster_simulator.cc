@@ -229,10 +229,9 @@ void ClusterRun::StartStep(Cell& cell) {
   if (config_.itl_slowdown > 1) {
     const auto& fitted = cell.online.model();
     if (!config_.online_fit || fitted.has_value()) {
-      cell.policy.set_step_token_budget(scheduler::AdaptiveStepBudget(
-          config_.online_fit ? *fitted : config_.cost,
-          cell.policy.decoding(), config_.itl_slowdown, 1,
-          config_.policy.step_token_budget));
+      cell.policy.set_step_token_budget(scheduler::AdaptiveStepBudgetFor(
+          cell.policy, config_.online_fit ? *fitted : config_.cost,
+          config_.itl_slowdown, 1, config_.policy.step_token_budget));
     }
   }
   cell.plan = cell.policy.Plan();
@@ -240,9 +239,8 @@ void ClusterRun::StartStep(Cell& cell) {
     cell.policy.Commit({});
     return;
   }
-  const double ms =
-      config_.cost.StepMs(cell.plan.prefill_tokens, cell.plan.decode_tokens);
-  cell.online.Record({cell.plan.prefill_tokens, cell.plan.decode_tokens, ms});
+  const double ms = scheduler::PlannedStepMs(config_.cost, cell.plan);
+  cell.online.Record(scheduler::SampleOf(cell.plan, ms));
   cell.busy = true;
   cell.busy_until = now_ms_ + ms;
   cell.busy_ms += ms;

@@ -70,6 +70,24 @@ TEST(PolicyTest, DecodesFirstThenChunkedPrefillWithinBudget) {
 // finishes later: the step already planned still carries the finished
 // sequence (the engine reports it without running); the next plan releases
 // it and its pages return.
+TEST(PolicyTest, PlansCountTheirAttentionWork) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 4}, Pool(4, 100, 64));
+  d.Submit('A', 6, 3);
+  StepPlan first = d.policy.Plan();  // A's tokens 0..3 attend 1+2+3+4
+  EXPECT_EQ(first.attended_pairs, 10);
+  EXPECT_EQ(d.policy.next_prefill_position(), 0);  // as planned, not done
+  d.policy.Commit({});
+  EXPECT_EQ(d.policy.next_prefill_position(), 4);
+  StepPlan second = d.policy.Plan();  // tokens 4, 5: 5 + 6
+  EXPECT_EQ(second.attended_pairs, 11);
+  d.policy.Commit({});
+  EXPECT_EQ(d.policy.decoding(), 1);
+  EXPECT_EQ(d.policy.decoding_kv_tokens(), 6);
+  StepPlan decode = d.policy.Plan();  // context 6: attends 7
+  EXPECT_EQ(decode.attended_pairs, 7);
+  d.policy.Commit({});
+}
+
 TEST(PolicyTest, OptimisticCommitThenLateFinish) {
   Driver d({.step_token_budget = 8, .prefill_chunk = 4}, Pool(4, 100, 64));
   d.Submit('A', 3, 10);

@@ -152,6 +152,41 @@ TEST(SimulatorTest, FitRecoversLinearCosts) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SimulatorTest, FitRecoversTheAttentionTerm) {
+  // Prefill chunks of 256 at growing depth cost more per token: the fourth
+  // column (millions of attended pairs) carries it.
+  const StepCostModel truth{4.0, 1.5, 2.0, 700.0};
+  std::vector<StepSample> samples;
+  for (int depth : {0, 256, 768, 1536}) {
+    for (int d : {0, 4, 16}) {
+      const double mpairs = (256.0 * depth + 256.0 * 257 / 2 + d * 300.0) / 1e6;
+      samples.push_back({256, d, truth.StepMs(256, d, mpairs), mpairs});
+      samples.push_back({16, d, truth.StepMs(16, d, mpairs / 16), mpairs / 16});
+    }
+  }
+  auto fit = FitStepCost(samples);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->attention_ms, 700.0, 1e-4);
+  EXPECT_NEAR(fit->prefill_token_ms, 1.5, 1e-6);
+  // Logs without the column fit the three-term model.
+  auto old = ParseStepSamples("0,4,10\n64,4,20\n128,1,27\n8,16,22\n");
+  ASSERT_TRUE(old.ok()) << old.status();
+  auto three = FitStepCost(*old);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->attention_ms, 0);
+}
+
+TEST(SimulatorTest, AdaptiveBudgetShrinksWithPrefillDepth) {
+  // Decode step of 8 at context 1000 each: 2 + 8*0.5 + 100*8001/1e6 ms.
+  const StepCostModel cost{2, 0.05, 0.5, 100};
+  const double decode_ms = cost.StepMs(0, 8, 8008 / 1e6);
+  const int64_t shallow = AdaptiveStepBudget(cost, 8, 1.5, 1, 4096, 8000, 0);
+  const int64_t deep = AdaptiveStepBudget(cost, 8, 1.5, 1, 4096, 8000, 4000);
+  EXPECT_EQ(shallow, 8 + static_cast<int64_t>(0.5 * decode_ms / 0.05));
+  EXPECT_EQ(deep, 8 + static_cast<int64_t>(0.5 * decode_ms / (0.05 + 0.4)));
+  EXPECT_LT(deep, shallow);
+}
+
 TEST(SimulatorTest, PercentilesUseNearestRank) {
   std::vector<double> v;
   for (int i = 1; i <= 100; ++i) v.push_back(i);
