@@ -87,6 +87,8 @@ grpc::Status Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
 struct Measured {
   nlohmann::json figures;
   std::vector<scheduler::TraceRequest> trace;  // streams first, then longs
+  std::vector<std::vector<int32_t>> prompts;   // each request's prompt ids
+  std::vector<std::string> cells;              // the front end's cell names
 };
 
 // The figures pd_bench quotes, from each request's token times (ms from
@@ -125,7 +127,12 @@ Measured Run(const ServeInstance& serve, const Options& o) {
     });
   }
   // Long prompts, one after another, while the streams run.
-  std::vector<std::pair<Clock::time_point, std::vector<Clock::time_point>>> longs;
+  struct Long {
+    int k;
+    Clock::time_point start;
+    std::vector<Clock::time_point> times;
+  };
+  std::vector<Long> longs;
   std::thread arrivals([&] {
     for (int k = 0; running.load() > 0; ++k) {
       std::vector<Clock::time_point> t;
@@ -135,22 +142,32 @@ Measured Run(const ServeInstance& serve, const Options& o) {
         ++failed;
         continue;
       }
-      longs.emplace_back(start, std::move(t));
+      longs.push_back({k, start, std::move(t)});
     }
   });
   for (std::thread& t : threads) t.join();
   arrivals.join();
   Measured m;
   std::vector<std::vector<double>> token_ms;
+  auto ids = [](const v1::GenerateRequest& r) {
+    return std::vector<int32_t>(r.prompt_ids().begin(), r.prompt_ids().end());
+  };
+  for (int i = 0; i < o.streams; ++i) {
+    m.prompts.push_back(ids(Ids(i, 16, o.decode_tokens)));
+  }
+  for (const Long& l : longs) {
+    m.prompts.push_back(ids(Ids(1000 + l.k, o.long_tokens, 4)));
+  }
+  m.cells = serve.SchedulerTargets();
   for (const auto& t : times) {
     m.trace.push_back({0, 16, o.decode_tokens});
     token_ms.emplace_back();
     for (Clock::time_point p : t) token_ms.back().push_back(since(p));
   }
-  for (const auto& [start, t] : longs) {
-    m.trace.push_back({since(start) / 1000.0, o.long_tokens, 4});
+  for (const Long& l : longs) {
+    m.trace.push_back({since(l.start) / 1000.0, o.long_tokens, 4});
     token_ms.emplace_back();
-    for (Clock::time_point p : t) token_ms.back().push_back(since(p));
+    for (Clock::time_point p : l.times) token_ms.back().push_back(since(p));
   }
   m.figures = Figures(m.trace, token_ms, o.streams);
   m.figures["failed"] = failed.load();
@@ -186,7 +203,9 @@ nlohmann::json Replay(const Measured& m, const scheduler::StepCostModel& cost,
   c.itl_slowdown = 1.5;
   c.pd_min_prompt_tokens = o.long_tokens / 2;
   c.record_token_times = true;
-  const frontend::ClusterResult r = frontend::SimulateCluster(m.trace, c);
+  c.cell_ids = m.cells;
+  const frontend::ClusterResult r =
+      frontend::SimulateCluster(m.trace, c, m.prompts);
   nlohmann::json sim = Figures(m.trace, r.token_ms, o.streams);
   nlohmann::json out = {{"cost_model",
                          {{"fixed_ms", cost.fixed_ms},

@@ -80,8 +80,9 @@ struct Handoff {
 
 class ClusterRun {
  public:
-  ClusterRun(absl::Span<const TraceRequest> trace, const ClusterConfig& c)
-      : config_(c) {
+  ClusterRun(absl::Span<const TraceRequest> trace, const ClusterConfig& c,
+             absl::Span<const std::vector<int32_t>> prompts)
+      : config_(c), given_prompts_(prompts) {
     order_.resize(trace.size());
     for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
     std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
@@ -90,7 +91,9 @@ class ClusterRun {
     for (size_t i : order_) reqs_.push_back(trace[i]);
     for (int i = 0; i < c.cells; ++i) {
       cells_.push_back(std::make_unique<Cell>(c, i < c.prefill_cells));
-      ids_.push_back(absl::StrCat("cell-", i));
+      ids_.push_back(static_cast<size_t>(i) < c.cell_ids.size()
+                         ? c.cell_ids[i]
+                         : absl::StrCat("cell-", i));
     }
     progress_.resize(reqs_.size());
     RefreshLoads();
@@ -109,7 +112,13 @@ class ClusterRun {
   void Emit(size_t request, bool decode_part);
   ClusterResult Summarise() const;
 
+  std::vector<int32_t> Prompt(size_t request) const {
+    return given_prompts_.empty() ? PromptOf(reqs_[request], request)
+                                  : given_prompts_[order_[request]];
+  }
+
   const ClusterConfig& config_;
+  absl::Span<const std::vector<int32_t>> given_prompts_;
   std::vector<TraceRequest> reqs_;  // by arrival
   std::vector<size_t> order_;       // reqs_[i] is trace[order_[i]]
   std::vector<std::unique_ptr<Cell>> cells_;
@@ -162,7 +171,7 @@ int ClusterRun::Route(const std::vector<int32_t>& prompt, CellPhase phase) {
 void ClusterRun::Arrive(size_t index) {
   const TraceRequest& r = reqs_[index];
   progress_[index].arrival_ms = r.arrival_s * 1000.0;
-  std::vector<int32_t> prompt = PromptOf(r, index);
+  std::vector<int32_t> prompt = Prompt(index);
   const bool split = config_.prefill_cells > 0 &&
                      r.prompt_tokens >= config_.pd_min_prompt_tokens;
   const int cell =
@@ -176,7 +185,7 @@ void ClusterRun::Arrive(size_t index) {
 // there with its first token appended and the prompt's KV imported.
 void ClusterRun::Deliver(const Handoff& h) {
   const TraceRequest& r = reqs_[h.request];
-  std::vector<int32_t> prompt = PromptOf(r, h.request);
+  std::vector<int32_t> prompt = Prompt(h.request);
   prompt.push_back(Token(2, static_cast<int64_t>(h.request)));
   RequestSpec spec{DecodeId(h.request), r.priority, r.prompt_tokens + 1,
                    r.output_tokens - 1, std::move(prompt)};
@@ -198,7 +207,7 @@ void ClusterRun::Emit(size_t request, bool decode_part) {
   const bool split_prefill = !decode_part && config_.prefill_cells > 0 &&
                              r.prompt_tokens >= config_.pd_min_prompt_tokens;
   if (split_prefill && r.output_tokens > 1) {
-    const int cell = Route(PromptOf(r, request), CellPhase::kServe);
+    const int cell = Route(Prompt(request), CellPhase::kServe);
     handoffs_.push({now_ms_ + config_.handoff_fixed_ms +
                         config_.handoff_ms_per_token *
                             static_cast<double>(r.prompt_tokens),
@@ -363,8 +372,9 @@ absl::Status CheckClusterConfig(const ClusterConfig& c) {
 }
 
 ClusterResult SimulateCluster(absl::Span<const TraceRequest> trace,
-                              const ClusterConfig& config) {
-  ClusterRun run(trace, config);
+                              const ClusterConfig& config,
+                              absl::Span<const std::vector<int32_t>> prompts) {
+  ClusterRun run(trace, config, prompts);
   return run.Run();
 }
 

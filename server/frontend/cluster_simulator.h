@@ -12,6 +12,7 @@
 #define PDSERVE_SERVER_FRONTEND_CLUSTER_SIMULATOR_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +59,9 @@ struct ClusterConfig {
   LatencySlo slo;
   // Keep every token's time per request (ClusterResult::token_ms).
   bool record_token_times = false;
+  // The cells' names for the router's rendezvous hash (a live front end
+  // uses their addresses); empty: "cell-0", "cell-1", ...
+  std::vector<std::string> cell_ids;
 };
 
 // INVALID_ARGUMENT naming the value when `config` cannot be simulated.
@@ -97,9 +101,13 @@ struct ClusterResult {
 // request's prompt is synthesised: its first prefix_tokens tokens are those
 // of its prefix_group (shared by every request of the group), the rest its
 // own, so prefix routing and the cells' prefix caches see real sharing.
+// `prompts`, when not empty, gives each request's prompt ids instead (one
+// per trace entry, prompt_tokens each: replaying a recorded run).
 // `config` must pass CheckClusterConfig.
-ClusterResult SimulateCluster(absl::Span<const scheduler::TraceRequest> trace,
-                              const ClusterConfig& config);
+ClusterResult SimulateCluster(
+    absl::Span<const scheduler::TraceRequest> trace,
+    const ClusterConfig& config,
+    absl::Span<const std::vector<int32_t>> prompts = {});
 
 // A row of the sizing table: the result with `cells` cells, `prefill_cells`
 // of them prefill.

@@ -1,6 +1,9 @@
 #include "server/frontend/cluster_simulator.h"
 
+#include <algorithm>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,6 +67,30 @@ TEST(ClusterSimulatorTest, SharedPrefixLandsOnOneCellAndHitsItsCache) {
   for (const SimCellStats& s : spread.cells) EXPECT_EQ(s.routed, 8);
   EXPECT_LT(spread.prefix_hit_rate, routed.prefix_hit_rate);
   EXPECT_EQ(routed.completed, 32);
+}
+
+TEST(ClusterSimulatorTest, GivenPromptsAndCellNamesDriveTheRouter) {
+  // Four identical prompts given explicitly: one routing key, one cell;
+  // which cell follows the names the rendezvous hash sees.
+  std::vector<TraceRequest> trace(4, TraceRequest{0, 32, 2});
+  for (int i = 0; i < 4; ++i) trace[i].arrival_s = i * 0.5;
+  const std::vector<std::vector<int32_t>> prompts(4, std::vector<int32_t>(32, 7));
+  ClusterConfig c = Base(3);
+  std::vector<int> chosen;
+  for (const char* prefix : {"a", "b", "c", "d"}) {
+    c.cell_ids = {absl::StrCat(prefix, "0"), absl::StrCat(prefix, "1"),
+                  absl::StrCat(prefix, "2")};
+    const ClusterResult r = SimulateCluster(trace, c, prompts);
+    int used = -1, cells = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (r.cells[i].routed > 0) used = i, ++cells;
+    }
+    EXPECT_EQ(cells, 1);
+    EXPECT_EQ(r.cells[used].routed, 4);
+    chosen.push_back(used);
+  }
+  // The names matter: not every naming picks the same index.
+  EXPECT_NE(std::count(chosen.begin(), chosen.end(), chosen[0]), 4);
 }
 
 TEST(ClusterSimulatorTest, PrefillDecodeSplitShieldsDecodeStreams) {
