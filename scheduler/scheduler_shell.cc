@@ -483,9 +483,8 @@ void SchedulerShell::AdaptBudget() {
     policy_->set_step_token_budget(options_.policy.step_token_budget);
     return;
   }
-  if (!online_cost_.model().has_value()) return;
-  policy_->set_step_token_budget(AdaptiveStepBudgetFor(
-      *policy_, *online_cost_.model(), options_.itl_slowdown,
+  policy_->set_step_token_budget(OnlineStepBudget(
+      *policy_, online_cost_, options_.itl_slowdown,
       options_.min_prefill_chunk, options_.policy.step_token_budget));
 }
 

@@ -284,6 +284,19 @@ int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
                             policy.next_prefill_position());
 }
 
+int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
+                         double slowdown, int64_t min_prefill,
+                         int64_t max_budget) {
+  if (online.model().has_value()) {
+    return AdaptiveStepBudgetFor(policy, *online.model(), slowdown,
+                                 min_prefill, max_budget);
+  }
+  const int64_t decoding = policy.decoding();
+  if (slowdown <= 1 || decoding == 0) return max_budget;
+  return std::min(max_budget, decoding + std::max(min_prefill,
+                                                  kColdStartPrefillTokens));
+}
+
 StepSample SampleOf(const StepPlan& plan, double step_ms) {
   return {plan.prefill_tokens, plan.decode_tokens, step_ms,
           static_cast<double>(plan.attended_pairs) / 1e6};

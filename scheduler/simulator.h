@@ -106,6 +106,19 @@ int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
                               double slowdown, int64_t min_prefill,
                               int64_t max_budget);
 
+// Prefill tokens a step may carry while sequences decode before the first
+// online fit exists (the cost of a token is not known yet).
+inline constexpr int64_t kColdStartPrefillTokens = 32;
+
+// The budget the scheduler plans its next step with under --itl-slowdown
+// (> 1): AdaptiveStepBudgetFor with `online`'s fit; before the first fit,
+// decoding + max(min_prefill, kColdStartPrefillTokens) while sequences
+// decode (so a long prompt arriving first cannot stall every stream for
+// whole chunks while the cost is learnt), max_budget otherwise.
+int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
+                         double slowdown, int64_t min_prefill,
+                         int64_t max_budget);
+
 // The sample a step of `plan` taking `step_ms` gives.
 StepSample SampleOf(const StepPlan& plan, double step_ms);
 // What the cost model says a step of `plan` takes.

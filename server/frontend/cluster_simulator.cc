@@ -236,12 +236,14 @@ void ClusterRun::StartStep(Cell& cell) {
   }
   cell.inbox.clear();
   if (config_.itl_slowdown > 1) {
-    const auto& fitted = cell.online.model();
-    if (!config_.online_fit || fitted.has_value()) {
-      cell.policy.set_step_token_budget(scheduler::AdaptiveStepBudgetFor(
-          cell.policy, config_.online_fit ? *fitted : config_.cost,
-          config_.itl_slowdown, 1, config_.policy.step_token_budget));
-    }
+    const int64_t max_budget = config_.policy.step_token_budget;
+    cell.policy.set_step_token_budget(
+        config_.online_fit
+            ? scheduler::OnlineStepBudget(cell.policy, cell.online,
+                                          config_.itl_slowdown, 1, max_budget)
+            : scheduler::AdaptiveStepBudgetFor(cell.policy, config_.cost,
+                                               config_.itl_slowdown, 1,
+                                               max_budget));
   }
   cell.plan = cell.policy.Plan();
   if (cell.plan.items.empty()) {

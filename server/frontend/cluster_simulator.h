@@ -45,8 +45,8 @@ struct ClusterConfig {
   scheduler::PoolGeometry pool;
   scheduler::StepCostModel cost;
   double itl_slowdown = 0;  // > 1: the adaptive budget, as --itl-slowdown
-  // true: each cell fits its budget's cost model online to its own
-  // simulated steps, as the live scheduler does (full budget until the
+  // true: each cell budgets as the live scheduler does (OnlineStepBudget:
+  // fitted online to its own simulated steps, a cold-start cap until the
   // first fit); false: the budget uses `cost` from the first step.
   bool online_fit = true;
   int64_t pd_min_prompt_tokens = 256;  // --pd-min-prompt-tokens

@@ -187,6 +187,31 @@ TEST(SimulatorTest, AdaptiveBudgetShrinksWithPrefillDepth) {
   EXPECT_LT(deep, shallow);
 }
 
+TEST(SimulatorTest, OnlineBudgetCapsPrefillUntilTheCostIsKnown) {
+  Policy policy({.step_token_budget = 512, .prefill_chunk = 256},
+                {16, 1024, 4096});
+  OnlineStepCost online;
+  // Nothing decodes: the whole budget.
+  EXPECT_EQ(OnlineStepBudget(policy, online, 1.5, 1, 512), 512);
+  ASSERT_TRUE(policy.Submit({1, 0, 8, 100}).ok());
+  policy.Plan();
+  policy.Commit({});
+  ASSERT_EQ(policy.decoding(), 1);
+  // Decoding, no fit yet: the cold-start cap.
+  EXPECT_EQ(OnlineStepBudget(policy, online, 1.5, 1, 512),
+            1 + kColdStartPrefillTokens);
+  EXPECT_EQ(OnlineStepBudget(policy, online, 1.5, 64, 512), 1 + 64);
+  EXPECT_EQ(OnlineStepBudget(policy, online, 0, 1, 512), 512);  // off
+  // Once fitted: the cost model's budget.
+  const StepCostModel truth{2, 0.05, 0.5};
+  for (int i = 0; i < 8; ++i) {
+    online.Record({i * 16, i % 3 + 1, truth.StepMs(i * 16, i % 3 + 1)});
+  }
+  ASSERT_TRUE(online.model().has_value());
+  EXPECT_EQ(OnlineStepBudget(policy, online, 1.5, 1, 512),
+            AdaptiveStepBudgetFor(policy, *online.model(), 1.5, 1, 512));
+}
+
 TEST(SimulatorTest, PercentilesUseNearestRank) {
   std::vector<double> v;
   for (int i = 1; i <= 100; ++i) v.push_back(i);
