@@ -174,10 +174,10 @@ Measured Run(const ServeInstance& serve, const Options& o) {
   return m;
 }
 
-// The step-cost model fitted to every step the configuration's schedulers
-// logged (`log` for one cell, `log`.0, `log`.1, ... for several).
-absl::StatusOr<scheduler::StepCostModel> FitLogs(const std::string& log,
-                                                 int cells) {
+// Every step the configuration's schedulers logged (`log` for one cell,
+// `log`.0, `log`.1, ... for several).
+absl::StatusOr<std::vector<scheduler::StepSample>> ReadLogs(
+    const std::string& log, int cells) {
   std::vector<scheduler::StepSample> samples;
   for (int c = 0; c < cells; ++c) {
     std::ifstream in(cells == 1 ? log : absl::StrCat(log, ".", c));
@@ -187,13 +187,17 @@ absl::StatusOr<scheduler::StepCostModel> FitLogs(const std::string& log,
     if (!parsed.ok()) return parsed.status();
     samples.insert(samples.end(), parsed->begin(), parsed->end());
   }
-  return scheduler::FitStepCost(samples);
+  return samples;
 }
 
-// The same trace through the cluster simulator with the fitted cost model
-// and the schedulers' defaults: its figures and their ratio to measured.
-nlohmann::json Replay(const Measured& m, const scheduler::StepCostModel& cost,
-                      int cells, int prefill_cells, const Options& o) {
+// The same trace through the cluster simulator with the cost model fitted
+// to the run's steps and their measured spread (simulate --calibration
+// --step-noise) and the schedulers' defaults: its figures and their ratio
+// to the measured ones.
+nlohmann::json Replay(const Measured& m,
+                      const std::vector<scheduler::StepSample>& steps,
+                      const scheduler::StepCostModel& cost, int cells,
+                      int prefill_cells, const Options& o) {
   frontend::ClusterConfig c;
   c.cells = cells;
   c.prefill_cells = prefill_cells;
@@ -204,6 +208,7 @@ nlohmann::json Replay(const Measured& m, const scheduler::StepCostModel& cost,
   c.pd_min_prompt_tokens = o.long_tokens / 2;
   c.record_token_times = true;
   c.cell_ids = m.cells;
+  c.step_time_ratios = scheduler::StepTimeRatios(steps, cost);
   const frontend::ClusterResult r =
       frontend::SimulateCluster(m.trace, c, m.prompts);
   nlohmann::json sim = Figures(m.trace, r.token_ms, o.streams);
@@ -280,13 +285,17 @@ int Main(int argc, char** argv) {
       m = Run(**serve, o);
     }  // serve stops: the step logs are complete
     out[c.name] = m.figures;
-    auto cost = FitLogs(log, c.cells);
+    auto steps = ReadLogs(log, c.cells);
+    auto cost = steps.ok() ? scheduler::FitStepCost(*steps)
+                           : absl::StatusOr<scheduler::StepCostModel>(
+                                 steps.status());
     if (!cost.ok()) {
       std::fprintf(stderr, "pd_bench: %s: step log: %s\n", c.name,
                    std::string(cost.status().message()).c_str());
       return 1;
     }
-    out[c.name]["simulate"] = Replay(m, *cost, c.cells, c.prefill_cells, o);
+    out[c.name]["simulate"] =
+        Replay(m, *steps, *cost, c.cells, c.prefill_cells, o);
   }
   const double one = out["one_cell"]["itl_p99_ms"].get<double>();
   out["pd_itl_p99_over_one_cell"] =

@@ -118,6 +118,11 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
       Real("slo-itl-ms", "0",
            "latency objective: a request's mean inter-token gap (0 = none)",
            &O::slo_itl_ms, 0, true),
+      Bool("step-noise",
+           "scale each simulated step by a ratio drawn from the calibration "
+           "steps' measured/fitted times (seeded), so tail latencies include "
+           "the measured jitter; needs --calibration",
+           &O::step_noise),
       Int("sizing", "0",
           "also print a sizing table for 1, 2, 4, ... up to this many cells "
           "(keeping the prefill share)",

@@ -63,6 +63,7 @@ struct SimulateOptions {
   double slo_ttft_ms = 0;  // 0 = not constrained
   double slo_itl_ms = 0;
   int64_t sizing = 0;      // > 0: the sizing table up to this many cells
+  bool step_noise = false;  // replay the calibration's step-time spread
 };
 
 const FlagTable<ChatOptions>& ChatFlagTable();

@@ -226,6 +226,17 @@ absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) 
                        std::max(0.0, coef[2]), std::max(0.0, coef[3])};
 }
 
+std::vector<double> StepTimeRatios(absl::Span<const StepSample> samples,
+                                   const StepCostModel& cost) {
+  std::vector<double> ratios;
+  for (const StepSample& s : samples) {
+    const double model =
+        cost.StepMs(s.prefill_tokens, s.decode_seqs, s.attended_mpairs);
+    if (model > 0 && s.step_ms > 0) ratios.push_back(s.step_ms / model);
+  }
+  return ratios;
+}
+
 void OnlineStepCost::Record(const StepSample& sample) {
   samples_.push_back(sample);
   if (samples_.size() > 256) samples_.pop_front();

@@ -65,6 +65,13 @@ struct StepSample {
 // [,attended_mpairs] (what the scheduler's --step-log writes).
 absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text);
 
+// How measured steps spread around `cost`: each sample's step_ms over the
+// model's time for it (samples the model gives no time are skipped). A
+// simulator that scales each step by a ratio drawn from these reproduces
+// the measured jitter (the tail latencies), not just the mean.
+std::vector<double> StepTimeRatios(absl::Span<const StepSample> samples,
+                                   const StepCostModel& cost);
+
 // Least-squares fit of the cost model to measured steps. Needs at least 3
 // samples that vary in both counts; INVALID_ARGUMENT otherwise. Negative
 // coefficients are clamped to 0 (and the rest refitted); attention_ms is

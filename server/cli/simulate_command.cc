@@ -39,24 +39,31 @@ int Fail(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-// The step cost: defaults, then the fit to --calibration files, then the
-// coefficients given on the command line.
-absl::StatusOr<scheduler::StepCostModel> CostModel(
+// The calibration files' steps (empty without --calibration).
+absl::StatusOr<std::vector<scheduler::StepSample>> CalibrationSamples(
     const config::SimulateOptions& o) {
-  scheduler::StepCostModel cost;
-  if (!o.calibration.empty()) {
-    std::vector<scheduler::StepSample> samples;
-    for (absl::string_view path :
-         absl::StrSplit(o.calibration, ',', absl::SkipEmpty())) {
-      auto text = ReadFile(std::string(path));
-      if (!text.ok()) return text.status();
-      auto parsed = scheduler::ParseStepSamples(*text);
-      if (!parsed.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": ", parsed.status().message()));
-      }
-      samples.insert(samples.end(), parsed->begin(), parsed->end());
+  std::vector<scheduler::StepSample> samples;
+  for (absl::string_view path :
+       absl::StrSplit(o.calibration, ',', absl::SkipEmpty())) {
+    auto text = ReadFile(std::string(path));
+    if (!text.ok()) return text.status();
+    auto parsed = scheduler::ParseStepSamples(*text);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", parsed.status().message()));
     }
+    samples.insert(samples.end(), parsed->begin(), parsed->end());
+  }
+  return samples;
+}
+
+// The step cost: defaults, then the fit to the calibration samples, then
+// the coefficients given on the command line.
+absl::StatusOr<scheduler::StepCostModel> CostModel(
+    const config::SimulateOptions& o,
+    const std::vector<scheduler::StepSample>& samples) {
+  scheduler::StepCostModel cost;
+  if (!samples.empty() || !o.calibration.empty()) {
     auto fit = scheduler::FitStepCost(samples);
     if (!fit.ok()) return fit.status();
     cost = *fit;
@@ -78,9 +85,19 @@ absl::StatusOr<frontend::ClusterConfig> ClusterOf(
   c.policy.max_running = o.max_running;
   c.policy.max_waiting = o.max_queue;
   c.pool = {o.page_size, o.pages, o.max_seq_len, o.prefix_cache};
-  auto cost = CostModel(o);
+  auto samples = CalibrationSamples(o);
+  if (!samples.ok()) return samples.status();
+  auto cost = CostModel(o, *samples);
   if (!cost.ok()) return cost.status();
   c.cost = *cost;
+  if (o.step_noise) {
+    if (samples->empty()) {
+      return absl::InvalidArgumentError(
+          "--step-noise needs --calibration (the measured steps to draw "
+          "from)");
+    }
+    c.step_time_ratios = scheduler::StepTimeRatios(*samples, c.cost);
+  }
   c.itl_slowdown = o.itl_slowdown;
   if (o.budget_fit != "online" && o.budget_fit != "given") {
     return absl::InvalidArgumentError(absl::StrCat(

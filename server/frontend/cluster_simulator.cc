@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <queue>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -82,7 +83,7 @@ class ClusterRun {
  public:
   ClusterRun(absl::Span<const TraceRequest> trace, const ClusterConfig& c,
              absl::Span<const std::vector<int32_t>> prompts)
-      : config_(c), given_prompts_(prompts) {
+      : config_(c), given_prompts_(prompts), noise_(c.noise_seed) {
     order_.resize(trace.size());
     for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
     std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
@@ -132,6 +133,7 @@ class ClusterRun {
   std::vector<Progress> progress_;
   std::vector<double> itl_;
   int64_t handed_off_ = 0;
+  std::mt19937_64 noise_;
 };
 
 void ClusterRun::RefreshLoads() {
@@ -250,7 +252,11 @@ void ClusterRun::StartStep(Cell& cell) {
     cell.policy.Commit({});
     return;
   }
-  const double ms = scheduler::PlannedStepMs(config_.cost, cell.plan);
+  double ms = scheduler::PlannedStepMs(config_.cost, cell.plan);
+  if (!config_.step_time_ratios.empty()) {
+    ms *= config_.step_time_ratios[noise_() %
+                                   config_.step_time_ratios.size()];
+  }
   cell.online.Record(scheduler::SampleOf(cell.plan, ms));
   cell.busy = true;
   cell.busy_until = now_ms_ + ms;

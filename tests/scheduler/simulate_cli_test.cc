@@ -159,6 +159,9 @@ TEST_F(SimulateCliTest, BadClusterFlagsAreUsageErrors) {
   Result fit = RunSimulate({"--trace", trace_, "--budget-fit", "x"});
   EXPECT_EQ(fit.code, 2);
   EXPECT_THAT(fit.err, HasSubstr("--budget-fit x"));
+  Result noise = RunSimulate({"--trace", trace_, "--step-noise"});
+  EXPECT_EQ(noise.code, 2);
+  EXPECT_THAT(noise.err, HasSubstr("--step-noise needs --calibration"));
   Result calib = RunSimulate({"--trace", trace_, "--calibration",
                               WriteTemp("bad.csv", "1,2\n")});
   EXPECT_EQ(calib.code, 2);
