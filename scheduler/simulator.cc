@@ -226,15 +226,17 @@ absl::StatusOr<StepCostModel> FitStepCost(absl::Span<const StepSample> samples) 
                        std::max(0.0, coef[2]), std::max(0.0, coef[3])};
 }
 
-std::vector<double> StepTimeRatios(absl::Span<const StepSample> samples,
-                                   const StepCostModel& cost) {
-  std::vector<double> ratios;
+StepTimeSpread StepTimeRatios(absl::Span<const StepSample> samples,
+                              const StepCostModel& cost) {
+  StepTimeSpread spread;
   for (const StepSample& s : samples) {
     const double model =
         cost.StepMs(s.prefill_tokens, s.decode_seqs, s.attended_mpairs);
-    if (model > 0 && s.step_ms > 0) ratios.push_back(s.step_ms / model);
+    if (model <= 0 || s.step_ms <= 0) continue;
+    (s.prefill_tokens > 0 ? spread.with_prefill : spread.decode_only)
+        .push_back(s.step_ms / model);
   }
-  return ratios;
+  return spread;
 }
 
 void OnlineStepCost::Record(const StepSample& sample) {

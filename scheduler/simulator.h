@@ -66,11 +66,17 @@ struct StepSample {
 absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text);
 
 // How measured steps spread around `cost`: each sample's step_ms over the
-// model's time for it (samples the model gives no time are skipped). A
-// simulator that scales each step by a ratio drawn from these reproduces
-// the measured jitter (the tail latencies), not just the mean.
-std::vector<double> StepTimeRatios(absl::Span<const StepSample> samples,
-                                   const StepCostModel& cost);
+// model's time for it, kept apart for decode-only steps and steps with
+// prefill (the model misses them differently; samples it gives no time are
+// skipped). A simulator that scales each step by a ratio drawn from its
+// kind reproduces the measured jitter (the tail latencies), not just the
+// mean.
+struct StepTimeSpread {
+  std::vector<double> decode_only, with_prefill;
+  bool empty() const { return decode_only.empty() && with_prefill.empty(); }
+};
+StepTimeSpread StepTimeRatios(absl::Span<const StepSample> samples,
+                              const StepCostModel& cost);
 
 // Least-squares fit of the cost model to measured steps. Needs at least 3
 // samples that vary in both counts; INVALID_ARGUMENT otherwise. Negative

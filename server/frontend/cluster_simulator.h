@@ -60,10 +60,11 @@ struct ClusterConfig {
   // Keep every token's time per request (ClusterResult::token_ms).
   bool record_token_times = false;
   // Step-time jitter: when not empty, each simulated step's time is the
-  // cost model's scaled by one of these ratios, drawn uniformly by a
+  // cost model's scaled by a ratio of its kind (decode-only or with
+  // prefill; the other kind's when its own is empty), drawn uniformly by a
   // generator seeded with `noise_seed` (deterministic). From measured
   // steps: scheduler::StepTimeRatios.
-  std::vector<double> step_time_ratios;
+  scheduler::StepTimeSpread step_time_ratios;
   uint64_t noise_seed = 1;
   // The cells' names for the router's rendezvous hash (a live front end
   // uses their addresses); empty: "cell-0", "cell-1", ...

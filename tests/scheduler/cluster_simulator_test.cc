@@ -146,8 +146,11 @@ TEST(ClusterSimulatorTest, StepTimeRatiosAddTheMeasuredJitter) {
     const double ms = c.cost.StepMs(0, 8);
     measured.push_back({0, 8, i == 0 ? 2 * ms : ms});
   }
+  // A prefill step 3x slower than modelled: only prefill steps draw it.
+  measured.push_back({64, 0, 3 * c.cost.StepMs(64, 0)});
   c.step_time_ratios = scheduler::StepTimeRatios(measured, c.cost);
-  ASSERT_EQ(c.step_time_ratios.size(), 10u);
+  ASSERT_EQ(c.step_time_ratios.decode_only.size(), 10u);
+  ASSERT_EQ(c.step_time_ratios.with_prefill.size(), 1u);
   const ClusterResult jittery = SimulateCluster(trace, c);
   EXPECT_DOUBLE_EQ(jittery.itl_ms.p50, steady.itl_ms.p50);
   EXPECT_NEAR(jittery.itl_ms.p99, 2 * steady.itl_ms.p50, 1e-9);
