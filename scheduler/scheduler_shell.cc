@@ -479,13 +479,10 @@ void SchedulerShell::AdaptBudget() {
   if (options_.itl_slowdown <= 1) return;
   absl::erase_if(catching_up_,
                  [&](uint64_t id) { return !requests_.contains(id); });
-  if (!catching_up_.empty()) {
-    policy_->set_step_token_budget(options_.policy.step_token_budget);
-    return;
-  }
-  policy_->set_step_token_budget(OnlineStepBudget(
+  policy_->set_step_token_budget(SchedulerStepBudget(
       *policy_, online_cost_, options_.itl_slowdown,
-      options_.min_prefill_chunk, options_.policy.step_token_budget));
+      options_.min_prefill_chunk, options_.policy.step_token_budget,
+      /*catching_up=*/!catching_up_.empty()));
 }
 
 void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {

@@ -310,6 +310,13 @@ int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
                                                   kColdStartPrefillTokens));
 }
 
+int64_t SchedulerStepBudget(const Policy& policy, const OnlineStepCost& online,
+                            double slowdown, int64_t min_prefill,
+                            int64_t max_budget, bool catching_up) {
+  if (catching_up) return max_budget;
+  return OnlineStepBudget(policy, online, slowdown, min_prefill, max_budget);
+}
+
 StepSample SampleOf(const StepPlan& plan, double step_ms) {
   return {plan.prefill_tokens, plan.decode_tokens, step_ms,
           static_cast<double>(plan.attended_pairs) / 1e6};

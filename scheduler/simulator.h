@@ -132,6 +132,15 @@ int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
                          double slowdown, int64_t min_prefill,
                          int64_t max_budget);
 
+// The scheduler's budget for its next step: with `catching_up` (a request
+// resumed after an engine or scheduler loss is recomputing prompt + tokens
+// so far, its client's stream paused until its next token) the whole
+// max_budget, so the pause lasts as few steps as possible; otherwise
+// OnlineStepBudget.
+int64_t SchedulerStepBudget(const Policy& policy, const OnlineStepCost& online,
+                            double slowdown, int64_t min_prefill,
+                            int64_t max_budget, bool catching_up);
+
 // The sample a step of `plan` taking `step_ms` gives.
 StepSample SampleOf(const StepPlan& plan, double step_ms);
 // What the cost model says a step of `plan` takes.

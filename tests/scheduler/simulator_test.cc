@@ -212,6 +212,25 @@ TEST(SimulatorTest, OnlineBudgetCapsPrefillUntilTheCostIsKnown) {
             AdaptiveStepBudgetFor(policy, *online.model(), 1.5, 1, 512));
 }
 
+TEST(SimulatorTest, CatchingUpTakesTheWholeBudget) {
+  Policy policy({.step_token_budget = 512, .prefill_chunk = 256},
+                {16, 1024, 4096});
+  ASSERT_TRUE(policy.Submit({1, 0, 8, 100}).ok());
+  policy.Plan();
+  policy.Commit({});
+  OnlineStepCost online;
+  const StepCostModel truth{2, 0.05, 0.5};
+  for (int i = 0; i < 8; ++i) {
+    online.Record({i * 16, i % 3 + 1, truth.StepMs(i * 16, i % 3 + 1)});
+  }
+  // A resumed stream waits for its next token: no throttling of the
+  // recompute that gives it.
+  EXPECT_EQ(SchedulerStepBudget(policy, online, 1.5, 1, 512, true), 512);
+  const int64_t normal = SchedulerStepBudget(policy, online, 1.5, 1, 512, false);
+  EXPECT_EQ(normal, OnlineStepBudget(policy, online, 1.5, 1, 512));
+  EXPECT_LT(normal, 512);
+}
+
 TEST(SimulatorTest, PercentilesUseNearestRank) {
   std::vector<double> v;
   for (int i = 1; i <= 100; ++i) v.push_back(i);
