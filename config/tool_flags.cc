@@ -101,9 +101,11 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
       Real("handoff-ms-per-token", "0.01",
            "KV hand-off cost: milliseconds per prompt token moved",
            &O::handoff_ms_per_token, 0, true),
-      Str("router", "prefix",
-          "how the front end picks cells: prefix (its router: prefix "
-          "affinity, bounded load, least loaded) or round-robin",
+      Str("router", "cache",
+          "how the front end picks cells: cache (as it does: the cell it "
+          "sent most of the prompt's leading pages to, then prefix "
+          "affinity, bounded load, least loaded), prefix (without the "
+          "first rule) or round-robin",
           &O::router),
       Str("budget-fit", "online",
           "the adaptive budget's cost model: online (fitted to each cell's "

@@ -57,7 +57,7 @@ struct SimulateOptions {
   int64_t pd_min_prompt_tokens = 0;  // tokens
   double handoff_fixed_ms = 0;
   double handoff_ms_per_token = 0;
-  std::string router;      // "prefix" | "round-robin"
+  std::string router;      // "cache" | "prefix" | "round-robin"
   std::string budget_fit;  // "online" | "given"
   bool prefix_cache = true;
   double slo_ttft_ms = 0;  // 0 = not constrained

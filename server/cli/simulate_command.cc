@@ -104,12 +104,16 @@ absl::StatusOr<frontend::ClusterConfig> ClusterOf(
         "--budget-fit ", o.budget_fit, " must be online or given"));
   }
   c.online_fit = o.budget_fit == "online";
-  if (o.router != "prefix" && o.router != "round-robin") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--router ", o.router, " must be prefix or round-robin"));
+  if (o.router == "cache") {
+    c.routing = frontend::SimRouting::kRouter;
+  } else if (o.router == "prefix") {
+    c.routing = frontend::SimRouting::kRendezvous;
+  } else if (o.router == "round-robin") {
+    c.routing = frontend::SimRouting::kRoundRobin;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--router ", o.router, " must be cache, prefix or round-robin"));
   }
-  c.routing = o.router == "prefix" ? frontend::SimRouting::kRouter
-                                   : frontend::SimRouting::kRoundRobin;
   c.pd_min_prompt_tokens = o.pd_min_prompt_tokens;
   c.handoff_fixed_ms = o.handoff_fixed_ms;
   c.handoff_ms_per_token = o.handoff_ms_per_token;

@@ -185,9 +185,12 @@ void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
     if (wanted.contains(targets_[i])) {
       have.insert(targets_[i]);
       keep(targets_[i], stubs_[i], loads_[i], routed_[i]);
-    } else if (log) {
-      std::fprintf(stderr, "pdserve frontend: cell %s left the routing\n",
-                   targets_[i].c_str());
+    } else {
+      prefixes_.Forget(targets_[i]);
+      if (log) {
+        std::fprintf(stderr, "pdserve frontend: cell %s left the routing\n",
+                     targets_[i].c_str());
+      }
     }
   }
   for (const std::string& t : targets) {
@@ -277,7 +280,8 @@ CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt,
   Route r;
   if (targets_.empty()) return r;
   const RouteDecision d =
-      PickForPhase(loads_, targets_, prompt, phase, turn_.fetch_add(1));
+      RouteByCache(loads_, targets_, prompt, phase, turn_.fetch_add(1),
+                   options_.track_prefixes ? &prefixes_ : nullptr);
   const size_t cell = d.cell < 0 ? 0 : static_cast<size_t>(d.cell);
   r.reason = d.reason;
   r.stub = stubs_[cell];
@@ -285,7 +289,7 @@ CellRouter::Route CellRouter::Pick(absl::Span<const int32_t> prompt,
   ++routed_[cell];
   // A routed request is waiting there until the next poll says otherwise,
   // so a burst between polls spreads instead of piling onto one cell.
-  if (d.cell >= 0 && d.reason != RouteReason::kPrefix) ++loads_[cell].waiting;
+  if (d.cell >= 0 && CountsAsWaiting(d.reason)) ++loads_[cell].waiting;
   return r;
 }
 

@@ -69,6 +69,9 @@ class CellRouter {
     // when another cell is ready (the front end moves that cell's streams
     // there rather than wait for the engine). May be empty.
     std::function<void(const std::string& target)> on_engine_lost;
+    // Route first to the cell believed to hold most of a prompt's leading
+    // pages (RouteByCache with a PrefixTracker of what was sent where).
+    bool track_prefixes = true;
   };
   // `sources`: at least one, no duplicates (INVALID_ARGUMENT otherwise).
   // Dns sources are resolved once here; one that resolves to nothing yet
@@ -137,6 +140,7 @@ class CellRouter {
   std::vector<std::shared_ptr<v1::Scheduler::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   std::vector<CellLoad> loads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> routed_ ABSL_GUARDED_BY(mu_);
+  PrefixTracker prefixes_ ABSL_GUARDED_BY(mu_);
   // Last good resolution of each source (a failed one keeps the previous).
   std::vector<std::vector<std::string>> resolved_ ABSL_GUARDED_BY(mu_);
   bool resolved_once_ ABSL_GUARDED_BY(mu_) = false;

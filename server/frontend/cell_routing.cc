@@ -32,6 +32,7 @@ const char* RouteReasonName(RouteReason reason) {
     case RouteReason::kSpilled: return "spilled";
     case RouteReason::kLeastLoaded: return "least_loaded";
     case RouteReason::kNoneReady: return "none_ready";
+    case RouteReason::kCached: return "cached";
   }
   return "unknown";
 }
@@ -103,11 +104,12 @@ CellRole ParseCellRole(const std::string& role) {
   return CellRole::kBoth;
 }
 
-RouteDecision PickForPhase(absl::Span<const CellLoad> cells,
-                           absl::Span<const std::string> cell_ids,
-                           absl::Span<const int32_t> prompt, CellPhase phase,
-                           uint64_t turn) {
-  // The cells this phase may use count as the only ready ones.
+namespace {
+
+// The cells `phase` may use, as the only ready ones (every cell for a
+// kServe pick when none of its own is ready).
+std::vector<CellLoad> EligibleLoads(absl::Span<const CellLoad> cells,
+                                    CellPhase phase) {
   std::vector<CellLoad> eligible(cells.begin(), cells.end());
   bool any = false;
   for (CellLoad& load : eligible) {
@@ -118,7 +120,58 @@ RouteDecision PickForPhase(absl::Span<const CellLoad> cells,
   if (!any && phase == CellPhase::kServe) {
     eligible.assign(cells.begin(), cells.end());
   }
-  return PickCell(eligible, cell_ids, PrefixKey(prompt), turn);
+  return eligible;
+}
+
+}  // namespace
+
+RouteDecision PickForPhase(absl::Span<const CellLoad> cells,
+                           absl::Span<const std::string> cell_ids,
+                           absl::Span<const int32_t> prompt, CellPhase phase,
+                           uint64_t turn) {
+  return PickCell(EligibleLoads(cells, phase), cell_ids, PrefixKey(prompt),
+                  turn);
+}
+
+RouteDecision RouteByCache(absl::Span<const CellLoad> cells,
+                           absl::Span<const std::string> cell_ids,
+                           absl::Span<const int32_t> prompt, CellPhase phase,
+                           uint64_t turn, PrefixTracker* tracker,
+                           double min_match, int64_t spill_waiting) {
+  if (tracker == nullptr) {
+    return PickForPhase(cells, cell_ids, prompt, phase, turn);
+  }
+  const std::vector<CellLoad> eligible = EligibleLoads(cells, phase);
+  const std::vector<uint64_t> chain = PageChain(prompt);
+  int best = -1, least = -1;
+  int64_t best_pages = 0;
+  for (int i = 0; i < static_cast<int>(eligible.size()); ++i) {
+    if (!eligible[i].ready) continue;
+    if (least < 0 || LessLoaded(eligible[i], eligible[least])) least = i;
+    const int64_t pages = tracker->Matched(cell_ids[i], chain);
+    if (pages > best_pages ||
+        (pages == best_pages && best >= 0 &&
+         LessLoaded(eligible[i], eligible[best]))) {
+      best = i;
+      best_pages = pages;
+    }
+  }
+  RouteDecision d;
+  if (best >= 0 && best_pages > 0 &&
+      static_cast<double>(best_pages) >=
+          min_match * static_cast<double>(chain.size()) &&
+      eligible[best].waiting <= eligible[least].waiting + spill_waiting) {
+    d = {best, RouteReason::kCached};
+  } else {
+    d = PickCell(eligible, cell_ids, PrefixKey(prompt), turn, spill_waiting);
+  }
+  if (d.cell >= 0) tracker->Record(cell_ids[d.cell], chain);
+  return d;
+}
+
+bool CountsAsWaiting(RouteReason reason) {
+  return reason == RouteReason::kSpilled ||
+         reason == RouteReason::kLeastLoaded;
 }
 
 bool CanSplitAcross(absl::Span<const CellLoad> cells) {

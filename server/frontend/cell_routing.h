@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/types/span.h"
+#include "server/frontend/prefix_tracker.h"
 
 namespace pdserve::frontend {
 
@@ -39,8 +40,10 @@ struct CellLoad {
 // kPrefill, the prompt of a split request (prefill cells only).
 enum class CellPhase { kServe, kPrefill };
 
-// Why a cell was chosen (a metric label and the debug log).
-enum class RouteReason { kPrefix, kSpilled, kLeastLoaded, kNoneReady };
+// Why a cell was chosen (a metric label and the debug log): kCached, the
+// cell believed to hold most of the prompt's leading pages (PrefixTracker);
+// kPrefix, the rendezvous cell of its routing key.
+enum class RouteReason { kPrefix, kSpilled, kLeastLoaded, kNoneReady, kCached };
 const char* RouteReasonName(RouteReason reason);
 
 struct RouteDecision {
@@ -69,6 +72,24 @@ RouteDecision PickForPhase(absl::Span<const CellLoad> cells,
                            absl::Span<const std::string> cell_ids,
                            absl::Span<const int32_t> prompt, CellPhase phase,
                            uint64_t turn);
+
+// PickForPhase, first by `tracker` (null: PickForPhase alone): among the
+// cells the phase may use, the ready one believed to hold the longest run
+// of the prompt's leading pages wins (ties: the least loaded), when that
+// run covers at least `min_match` of the prompt's pages and the cell is at
+// most `spill_waiting` requests behind the shortest queue (kCached).
+// Otherwise PickForPhase's rule. The chosen cell's pages are recorded in
+// the tracker. Pure but for the tracker it updates.
+RouteDecision RouteByCache(absl::Span<const CellLoad> cells,
+                           absl::Span<const std::string> cell_ids,
+                           absl::Span<const int32_t> prompt, CellPhase phase,
+                           uint64_t turn, PrefixTracker* tracker,
+                           double min_match = 0.5, int64_t spill_waiting = 8);
+
+// Whether a pick counts as a new waiting request on its cell until the
+// next load refresh (spreading a burst): not for prefix or cache affinity,
+// which must not push their own followers off the cell.
+bool CountsAsWaiting(RouteReason reason);
 
 // Whether a request can be split: a ready prefill cell and a ready cell that
 // decodes (role both or decode). Pure.

@@ -134,6 +134,7 @@ class ClusterRun {
   std::vector<double> itl_;
   int64_t handed_off_ = 0;
   std::mt19937_64 noise_;
+  PrefixTracker prefixes_;  // the simulated front end's (kRouter)
 };
 
 void ClusterRun::RefreshLoads() {
@@ -160,11 +161,13 @@ int ClusterRun::Route(const std::vector<int32_t>& prompt, CellPhase phase) {
     }
     cell = eligible[turn % eligible.size()];
   } else {
-    const RouteDecision d = PickForPhase(loads_, ids_, prompt, phase, turn);
+    const RouteDecision d = RouteByCache(
+        loads_, ids_, prompt, phase, turn,
+        config_.routing == SimRouting::kRouter ? &prefixes_ : nullptr);
     cell = d.cell;
     // As CellRouter::Pick: a routed request counts as waiting there until
     // the next poll, so a burst spreads.
-    if (d.reason != RouteReason::kPrefix) ++loads_[cell].waiting;
+    if (CountsAsWaiting(d.reason)) ++loads_[cell].waiting;
   }
   ++cells_[cell]->routed;
   return cell;

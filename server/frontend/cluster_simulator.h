@@ -3,7 +3,8 @@
 // [--prefill-cells P]`). Each simulated cell runs the scheduler's own Policy
 // (with its prefix cache) and the adaptive step budget against a linear step
 // cost model; requests are routed by the front end's own pure routing
-// (PickForPhase: prefix affinity, bounded load, least loaded) over loads
+// (RouteByCache: cached-prefix and prefix affinity, bounded load, least
+// loaded) over loads
 // refreshed at the front end's poll interval; prompts of at least
 // pd_min_prompt_tokens are split (prefill cell, KV hand-off, decode cell)
 // whenever a prefill cell exists, as GenerationStream does. Pure: no IO, no
@@ -22,10 +23,12 @@
 
 namespace pdserve::frontend {
 
-// How the simulated front end picks cells: kRouter, its PickForPhase;
-// kRoundRobin, each request to the next eligible cell (the reference the
-// router is compared with).
-enum class SimRouting { kRouter, kRoundRobin };
+// How the simulated front end picks cells: kRouter, as the live one does
+// (RouteByCache: the cell believed to hold most of the prompt, then the
+// rendezvous key, bounded load, least loaded); kRendezvous, without the
+// prefix tracker (PickForPhase); kRoundRobin, each request to the next
+// eligible cell (the reference the router is compared with).
+enum class SimRouting { kRouter, kRendezvous, kRoundRobin };
 
 // A latency objective per request: time to first token and the mean gap
 // between its tokens, in ms (0 = not constrained).

@@ -75,6 +75,83 @@ TEST(CellRouterTest, AnAffinityCellTooFarBehindIsSpilled) {
   EXPECT_EQ(moved.reason, RouteReason::kPrefix);
 }
 
+TEST(PrefixTrackerTest, MatchesLeadingPagesAndForgetsTheOldest) {
+  const std::vector<int32_t> prompt = Tokens(64, 1);  // 4 pages
+  const std::vector<uint64_t> chain = PageChain(prompt);
+  ASSERT_EQ(chain.size(), 4u);
+  EXPECT_EQ(PageChain(Tokens(63, 1)).size(), 3u);
+  // Chained: the same page after another prefix hashes differently.
+  std::vector<int32_t> other = prompt;
+  other[0] = 999;
+  EXPECT_NE(PageChain(other)[3], chain[3]);
+  PrefixTracker tracker(/*pages_per_cell=*/6);
+  tracker.Record("a", absl::MakeSpan(chain).subspan(0, 2));
+  EXPECT_EQ(tracker.Matched("a", chain), 2);
+  EXPECT_EQ(tracker.Matched("b", chain), 0);
+  tracker.Record("a", chain);
+  EXPECT_EQ(tracker.Matched("a", chain), 4);
+  // Four more pages: the bound drops the least recent (the deep ones
+  // first: a prefix outlives its tails).
+  tracker.Record("a", PageChain(Tokens(64, 500)));
+  EXPECT_EQ(tracker.Matched("a", chain), 2);
+  tracker.Forget("a");
+  EXPECT_EQ(tracker.Matched("a", chain), 0);
+}
+
+TEST(CellRouterTest, TheCellThatGotAConversationGetsItsNextTurn) {
+  std::vector<CellLoad> loads(3, CellLoad{true, 0, 0, 4096});
+  PrefixTracker tracker;
+  // Turn 1 of 12 conversations sharing nothing; each next turn extends
+  // the last prompt by 200 tokens (past the 1,024-token routing key).
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> home;
+  for (int c = 0; c < 12; ++c) {
+    prompts.push_back(Tokens(900, 10000 * (c + 1)));
+    home.push_back(RouteByCache(loads, kIds, prompts[c], CellPhase::kServe,
+                                c, &tracker).cell);
+  }
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int c = 0; c < 12; ++c) {
+      const std::vector<int32_t> more = Tokens(200, 500000 + 1000 * c + turn);
+      prompts[c].insert(prompts[c].end(), more.begin(), more.end());
+      const RouteDecision d = RouteByCache(loads, kIds, prompts[c],
+                                           CellPhase::kServe, c, &tracker);
+      EXPECT_EQ(d.cell, home[c]) << c;
+      EXPECT_EQ(d.reason, RouteReason::kCached);
+    }
+  }
+  // Too little in common (under half the pages): the rendezvous key rules.
+  std::vector<int32_t> mostly_new = Tokens(48, 10000);
+  const std::vector<int32_t> tail = Tokens(200, 777777);
+  mostly_new.insert(mostly_new.end(), tail.begin(), tail.end());
+  EXPECT_NE(RouteByCache(loads, kIds, mostly_new, CellPhase::kServe, 0,
+                         &tracker).reason,
+            RouteReason::kCached);
+  // A cached cell too far behind is spilled.
+  loads[home[0]].waiting = 9;
+  prompts[0].push_back(1);
+  EXPECT_NE(RouteByCache(loads, kIds, prompts[0], CellPhase::kServe, 0,
+                         &tracker).cell,
+            home[0]);
+  EXPECT_FALSE(CountsAsWaiting(RouteReason::kCached));
+  EXPECT_TRUE(CountsAsWaiting(RouteReason::kLeastLoaded));
+}
+
+TEST(CellRouterTest, SharedCacheTiesGoToTheLeastLoaded) {
+  std::vector<CellLoad> loads(3, CellLoad{true, 0, 0, 4096});
+  PrefixTracker tracker;
+  const std::vector<int32_t> system = Tokens(512, 1);
+  for (const std::string& id : kIds) tracker.Record(id, PageChain(system));
+  loads[0].waiting = 3;
+  loads[1].running = 2;
+  std::vector<int32_t> prompt = system;
+  prompt.push_back(42);
+  const RouteDecision d =
+      RouteByCache(loads, kIds, prompt, CellPhase::kServe, 0, &tracker);
+  EXPECT_EQ(d.cell, 2);
+  EXPECT_EQ(d.reason, RouteReason::kCached);
+}
+
 TEST(CellRouterTest, WithoutAPrefixTheLeastLoadedCellTakesTurns) {
   std::vector<CellLoad> loads = {{true, 2, 5, 512}, {true, 0, 9, 512},
                                  {true, 0, 3, 512}};

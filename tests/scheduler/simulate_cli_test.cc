@@ -155,7 +155,7 @@ TEST_F(SimulateCliTest, BadClusterFlagsAreUsageErrors) {
   EXPECT_THAT(split.err, HasSubstr("prefill cells 2 must be less than cells 2"));
   Result router = RunSimulate({"--trace", trace_, "--router", "random"});
   EXPECT_EQ(router.code, 2);
-  EXPECT_THAT(router.err, HasSubstr("--router random must be prefix or round-robin"));
+  EXPECT_THAT(router.err, HasSubstr("--router random must be cache, prefix or round-robin"));
   Result fit = RunSimulate({"--trace", trace_, "--budget-fit", "x"});
   EXPECT_EQ(fit.code, 2);
   EXPECT_THAT(fit.err, HasSubstr("--budget-fit x"));
