@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend_loader.h"
@@ -228,6 +229,49 @@ void SetRole(int c, int64_t prefill_cells, std::vector<std::string>& args) {
   args.push_back(c < prefill_cells ? "--role=prefill" : "--role=decode");
 }
 
+// The loopback ports of serve's children, as flag values: /metrics (the
+// front end's, then each cell's scheduler and engine), then each cell's
+// engine and scheduler gRPC port.
+struct ChildPorts {
+  std::vector<std::string> metrics, engines, schedulers;
+};
+
+// Ports the options fix (0 = pick one), then the rest picked in one pass
+// that avoids those and never repeats itself, so no two children (nor a
+// child and the front end's public or HTTP port) are handed the same port.
+absl::StatusOr<ChildPorts> AssignChildPorts(const config::ServeOptions& o,
+                                            int cells) {
+  const int metrics_count = 1 + 2 * cells;
+  const bool metrics_given = o.metrics_port.has_value() && *o.metrics_port > 0;
+  std::vector<int> fixed = {static_cast<int>(o.port),
+                            static_cast<int>(o.frontend.http_port),
+                            static_cast<int>(o.engine_port),
+                            static_cast<int>(o.scheduler_port)};
+  for (int i = 0; metrics_given && i < metrics_count; ++i) {
+    fixed.push_back(static_cast<int>(*o.metrics_port) + i);
+  }
+  const int wanted = (metrics_given ? 0 : metrics_count) + 2 * cells;
+  const std::vector<int> picked = process::FreeLoopbackPorts(wanted, fixed);
+  if (static_cast<int>(picked.size()) < wanted) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("could bind only ", picked.size(), " of the ", wanted,
+                     " free loopback ports the children need"));
+  }
+  size_t next = 0;
+  auto pick = [&](int64_t given) {
+    return absl::StrCat(given > 0 ? given : picked[next++]);
+  };
+  ChildPorts ports;
+  for (int i = 0; i < metrics_count; ++i) {
+    ports.metrics.push_back(pick(metrics_given ? *o.metrics_port + i : 0));
+  }
+  for (int c = 0; c < cells; ++c) {
+    ports.engines.push_back(pick(c == 0 ? o.engine_port : 0));
+    ports.schedulers.push_back(pick(c == 0 ? o.scheduler_port : 0));
+  }
+  return ports;
+}
+
 int RunServe(int argc, char** argv) {
   process::BlockTerminationSignals();
   const auto& table = config::ServeFlagTable();
@@ -258,23 +302,18 @@ int RunServe(int argc, char** argv) {
                  static_cast<long long>(o.prefill_cells), cells);
     return 2;
   }
-  // /metrics ports: the front end's, then each cell's scheduler and engine.
-  std::vector<std::string> metrics(1 + 2 * cells);
-  for (size_t i = 0; i < metrics.size(); ++i) {
-    metrics[i] = o.metrics_port.has_value() && *o.metrics_port > 0
-                     ? absl::StrCat(*o.metrics_port + static_cast<int64_t>(i))
-                     : absl::StrCat(process::FreeLoopbackPort());
+  absl::StatusOr<ChildPorts> ports = AssignChildPorts(o, cells);
+  if (!ports.ok()) {
+    std::fprintf(stderr, "pdserve serve: %s\n",
+                 std::string(ports.status().message()).c_str());
+    return 1;
   }
+  const std::vector<std::string>& metrics = ports->metrics;
+  const std::vector<std::string>& engine_ports = ports->engines;
+  const std::vector<std::string>& scheduler_ports = ports->schedulers;
   const config::Resolution& given = parsed->resolution;
   std::vector<Child> engines, scheds;
-  std::vector<std::string> engine_ports, scheduler_ports;
   for (int c = 0; c < cells; ++c) {
-    engine_ports.push_back(absl::StrCat(c == 0 && o.engine_port > 0
-                                            ? o.engine_port
-                                            : process::FreeLoopbackPort()));
-    scheduler_ports.push_back(absl::StrCat(c == 0 && o.scheduler_port > 0
-                                               ? o.scheduler_port
-                                               : process::FreeLoopbackPort()));
     Child engine{cells == 1 ? "engine" : absl::StrCat("engine ", c),
                  {"engine", "--model", o.model, "--host", "127.0.0.1",
                   "--port", engine_ports[c], "--metrics-port",

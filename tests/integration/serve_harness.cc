@@ -1,8 +1,6 @@
 #include "tests/integration/serve_harness.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/process/process.h"
 #include "proto/rpc_util.h"
 
 namespace pdserve::testing {
@@ -31,23 +30,7 @@ std::string ReadAll(const std::string& path) {
 
 }  // namespace
 
-// A port the kernel just handed out (bound and released: serve binds it
-// again right after).
-int FreePortGuess() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
+int FreePortGuess() { return process::FreeLoopbackPort(); }
 
 std::string PdserveBinary() {
   return std::string(PDSERVE_BINARY_DIR) + "/server/cli/pdserve";
@@ -76,7 +59,13 @@ std::string SmolLm2() {
 absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
     const std::vector<std::string>& args, int timeout_s) {
   auto inst = std::unique_ptr<ServeInstance>(new ServeInstance());
-  const int port = FreePortGuess();
+  // Both public ports in one pass, so they differ; serve picks its
+  // children's ports around them.
+  const std::vector<int> free_ports = process::FreeLoopbackPorts(2, {});
+  if (free_ports.size() < 2) {
+    return absl::ResourceExhaustedError("no free loopback ports");
+  }
+  const int port = free_ports[0];
   const std::string base = std::filesystem::temp_directory_path() /
                            absl::StrCat("pdserve-it-", getpid(), "-", port);
   inst->out_path_ = base + ".out";
@@ -85,7 +74,7 @@ absl::StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(
                                    absl::StrCat(port)};
   if (std::find(args.begin(), args.end(), "--http-port") == args.end()) {
     argv.push_back("--http-port");
-    argv.push_back(absl::StrCat(FreePortGuess()));
+    argv.push_back(absl::StrCat(free_ports[1]));
   }
   argv.insert(argv.end(), args.begin(), args.end());
   pid_t pid = fork();
