@@ -201,6 +201,7 @@ class Policy {
   // Where the next prefill chunk starts: the KV position of the first
   // running sequence still prefilling, else 0 (an admission).
   int64_t next_prefill_position() const;
+  int64_t total_pages() const { return pool_.total_pages; }
   int64_t free_pages() const { return ledger_.free_pages(); }
   // Free pages the prefix cache still holds (counted in free_pages()).
   int64_t cached_pages() const { return ledger_.cached_pages(); }

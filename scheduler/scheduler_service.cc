@@ -113,25 +113,16 @@ grpc::ServerWriteReactor<v1::TokenEvent>* SchedulerServiceImpl::Submit(
 grpc::ServerUnaryReactor* SchedulerServiceImpl::GetStatus(
     grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
     v1::SchedulerStatus* resp) {
-  ShellStatus s = shell_->Status();
-  resp->set_engine_ready(s.engine_ready);
-  resp->set_waiting(s.waiting);
-  resp->set_running(s.running);
-  resp->set_steps(s.steps);
-  resp->set_preemptions(s.preemptions);
-  resp->set_max_seq_len(s.max_seq_len);
-  resp->set_vocab_size(s.vocab_size);
-  resp->set_model(s.model);
-  resp->set_engine_losses(s.engine_losses);
-  resp->set_resumed_requests(s.resumed);
-  resp->set_recomputed_tokens(s.recomputed_tokens);
-  resp->set_role(s.role);
-  resp->set_handoffs_exported(s.handoffs_exported);
-  resp->set_handoffs_imported(s.handoffs_imported);
-  resp->set_handoffs_refused(s.handoffs_refused);
+  *resp = ToProto(shell_->Status());
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerWriteReactor<v1::SchedulerStatus>*
+SchedulerServiceImpl::WatchStatus(grpc::CallbackServerContext*,
+                                  const v1::WatchStatusRequest* req) {
+  return watches_.Watch(*req);
 }
 
 int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
@@ -196,6 +187,7 @@ int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
   // Drain: in-flight requests may finish within the deadline; the shell's
   // shutdown then ends whatever is left with UNAVAILABLE.
   rpc::SetServing(*srv, {"pdserve.v1.Scheduler"}, false);
+  service.StopWatches();
   srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   shell.Stop();
   return 0;

@@ -153,6 +153,15 @@ void SchedulerShell::SendCancellations() {
   }
 }
 
+bool LoadChanged(const ShellStatus& a, const ShellStatus& b) {
+  return a.engine_ready != b.engine_ready || a.recovering != b.recovering ||
+         a.waiting != b.waiting || a.running != b.running ||
+         a.total_kv_pages != b.total_kv_pages ||
+         a.free_kv_pages != b.free_kv_pages ||
+         a.cached_kv_pages != b.cached_kv_pages ||
+         a.max_seq_len != b.max_seq_len || a.role != b.role;
+}
+
 ShellStatus SchedulerShell::Status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -541,12 +550,18 @@ void SchedulerShell::PublishStatus() {
     status_.waiting = static_cast<int32_t>(policy_->waiting());
     status_.running = static_cast<int32_t>(policy_->running());
     status_.preemptions = policy_->preemptions();
+    status_.total_kv_pages = policy_->total_pages();
+    status_.free_kv_pages = policy_->free_pages();
+    status_.cached_kv_pages = policy_->cached_pages();
   } else {
     // While the engine is away the kept requests count as waiting.
     status_.waiting = static_cast<int32_t>(requests_.size());
     status_.running = 0;
+    status_.total_kv_pages = status_.free_kv_pages = 0;
+    status_.cached_kv_pages = 0;
   }
   status_.steps = steps_;
+  status_.step_ms = step_ms_mean_;
   if (options_.metrics != nullptr) {
     options_.metrics->SetQueue(status_.waiting, status_.running);
   }

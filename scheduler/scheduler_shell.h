@@ -92,7 +92,14 @@ struct ShellStatus {
   std::string model;
   std::string role;
   int64_t handoffs_exported = 0, handoffs_imported = 0, handoffs_refused = 0;
+  // The KV pool as the policy's ledger counts it (pages; 0 while no engine
+  // is connected): all, free (prefix-cached ones included), cached only.
+  int64_t total_kv_pages = 0, free_kv_pages = 0, cached_kv_pages = 0;
+  double step_ms = 0;  // moving mean of recent step times (ms)
 };
+// Whether two statuses differ in what a router acts on (readiness, queue,
+// KV pool, capacity, role); the counters and the step time do not count.
+bool LoadChanged(const ShellStatus& a, const ShellStatus& b);
 
 class LiveRequestIds;
 
@@ -248,6 +255,7 @@ class SchedulerShell {
   // sets it; the loop starts a recovery window for it).
   std::atomic<bool> resume_pending_{false};
   int64_t steps_ = 0;                  // loop thread only
+  double step_ms_mean_ = 0;            // loop thread only (EWMA, 1/16)
   // Requests resumed (or resubmitted) mid-stream whose first token since
   // has not come: while any waits, every client of theirs is paused, so the
   // step budget is not capped for the inter-token latency of the others.

@@ -210,6 +210,9 @@ void SchedulerShell::ApplyResponse(const StepPlan& plan,
     ++steps_;
     const StepSample sample = SampleOf(plan, resp.step_ms());
     online_cost_.Record(sample);
+    step_ms_mean_ = step_ms_mean_ == 0
+                        ? sample.step_ms
+                        : step_ms_mean_ + (sample.step_ms - step_ms_mean_) / 16;
     if (step_log_ != nullptr) {
       std::fprintf(step_log_, "%ld,%ld,%.3f,%.6f\n",
                    static_cast<long>(sample.prefill_tokens),

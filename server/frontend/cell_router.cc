@@ -117,24 +117,78 @@ CellRouter::CellRouter(std::vector<CellSource> sources, Options options)
 CellRouter::~CellRouter() {
   stop_ = true;
   if (poller_.joinable()) poller_.join();
+  std::vector<std::unique_ptr<CellLoadWatcher>> watchers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watching_ = false;
+    watchers = std::move(watchers_);
+    for (auto& w : retired_) watchers.push_back(std::move(w));
+    retired_.clear();
+  }
+  watchers.clear();  // joins each watcher's thread, no lock held
+}
+
+void CellRouter::StartWatcherLocked(size_t cell) {
+  if (watchers_.size() <= cell) watchers_.resize(cell + 1);
+  CellLoadWatcher::Options w;
+  w.poll_interval_ms = std::max(1, options_.poll_interval_ms);
+  w.min_interval_ms = std::max(5, options_.poll_interval_ms / 4);
+  const std::string target = targets_[cell];
+  watchers_[cell] = std::make_unique<CellLoadWatcher>(
+      stubs_[cell], w,
+      [this, target](bool answered, const v1::SchedulerStatus& status) {
+        ApplyStatus(target, answered, status);
+      });
+}
+
+void CellRouter::TendWatchers() {
+  std::vector<std::unique_ptr<CellLoadWatcher>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired = std::move(retired_);
+    retired_.clear();
+    for (auto& w : watchers_) {
+      if (w != nullptr) w->CheckStale();
+    }
+  }
 }
 
 void CellRouter::Start() {
   Poll();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watching_ = options_.watch_loads;
+    for (size_t i = 0; watching_ && i < targets_.size(); ++i) {
+      StartWatcherLocked(i);
+    }
+  }
   poller_ = std::thread([this] {
     const auto poll = std::chrono::milliseconds(
         std::max(1, options_.poll_interval_ms));
     const auto resolve = std::chrono::milliseconds(
         std::max(1, options_.resolve_interval_ms));
     auto next_resolve = std::chrono::steady_clock::now() + resolve;
+    // Watching, the poller only tends the watchers (a stale stream, a cell
+    // that left) and the dns sources; it wakes often enough for that.
+    const auto tick = options_.watch_loads
+                          ? std::min(poll, std::chrono::milliseconds(250))
+                          : poll;
     while (!stop_) {
-      std::this_thread::sleep_for(poll);
+      for (auto slept = std::chrono::milliseconds(0); slept < tick && !stop_;
+           slept += std::chrono::milliseconds(20)) {
+        std::this_thread::sleep_for(
+            std::min(std::chrono::milliseconds(20), tick - slept));
+      }
       if (stop_) break;
       if (std::chrono::steady_clock::now() >= next_resolve) {
         Resolve();
         next_resolve = std::chrono::steady_clock::now() + resolve;
       }
-      Poll();
+      if (options_.watch_loads) {
+        TendWatchers();
+      } else {
+        Poll();
+      }
     }
   });
 }
@@ -172,21 +226,26 @@ void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
   std::vector<std::shared_ptr<v1::Scheduler::Stub>> kept_stubs;
   std::vector<CellLoad> kept_loads;
   std::vector<int64_t> kept_routed;
+  std::vector<std::unique_ptr<CellLoadWatcher>> kept_watchers;
   absl::flat_hash_set<std::string> have;
   auto keep = [&](std::string target,
                   std::shared_ptr<v1::Scheduler::Stub> stub, CellLoad load,
-                  int64_t routed) {
+                  int64_t routed, std::unique_ptr<CellLoadWatcher> watcher) {
     kept_targets.push_back(std::move(target));
     kept_stubs.push_back(std::move(stub));
     kept_loads.push_back(load);
     kept_routed.push_back(routed);
+    kept_watchers.push_back(std::move(watcher));
   };
+  watchers_.resize(targets_.size());
   for (size_t i = 0; i < targets_.size(); ++i) {
     if (wanted.contains(targets_[i])) {
       have.insert(targets_[i]);
-      keep(targets_[i], stubs_[i], loads_[i], routed_[i]);
+      keep(targets_[i], stubs_[i], loads_[i], routed_[i],
+           std::move(watchers_[i]));
     } else {
       prefixes_.Forget(targets_[i]);
+      if (watchers_[i] != nullptr) retired_.push_back(std::move(watchers_[i]));
       if (log) {
         std::fprintf(stderr, "pdserve frontend: cell %s left the routing\n",
                      targets_[i].c_str());
@@ -195,7 +254,8 @@ void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
   }
   for (const std::string& t : targets) {
     if (have.contains(t)) continue;
-    keep(t, v1::Scheduler::NewStub(rpc::MakeChannel(t)), CellLoad{}, 0);
+    keep(t, v1::Scheduler::NewStub(rpc::MakeChannel(t)), CellLoad{}, 0,
+         nullptr);
     if (log) {
       std::fprintf(stderr, "pdserve frontend: cell %s joined the routing\n",
                    t.c_str());
@@ -205,6 +265,49 @@ void CellRouter::SetTargetsLocked(const std::vector<std::string>& targets,
   stubs_ = std::move(kept_stubs);
   loads_ = std::move(kept_loads);
   routed_ = std::move(kept_routed);
+  watchers_ = std::move(kept_watchers);
+  for (size_t i = 0; watching_ && i < targets_.size(); ++i) {
+    if (watchers_[i] == nullptr) StartWatcherLocked(i);
+  }
+}
+
+namespace {
+
+CellLoad CellLoadOf(const v1::SchedulerStatus& s) {
+  CellLoad load;
+  load.ready = s.engine_ready();
+  load.waiting = s.waiting();
+  load.running = s.running();
+  load.max_seq_len = s.max_seq_len();
+  load.role = ParseCellRole(s.role());
+  load.total_kv_pages = s.total_kv_pages();
+  load.free_kv_pages = s.free_kv_pages();
+  load.cached_kv_pages = s.cached_kv_pages();
+  load.step_ms = s.step_ms();
+  return load;
+}
+
+}  // namespace
+
+void CellRouter::ApplyStatus(const std::string& target, bool answered,
+                             const v1::SchedulerStatus& status) {
+  const CellLoad load = answered ? CellLoadOf(status) : CellLoad{};
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = std::find(targets_.begin(), targets_.end(), target);
+    if (it == targets_.end()) return;  // it left the routing meanwhile
+    const size_t cell = static_cast<size_t>(it - targets_.begin());
+    // Its scheduler answers but its engine is gone: a lost engine, whose
+    // streams move when another cell is ready (else the cell resumes them).
+    if (loads_[cell].ready && answered && !load.ready) {
+      for (size_t i = 0; i < loads_.size(); ++i) {
+        lost = lost || (i != cell && loads_[i].ready);
+      }
+    }
+    loads_[cell] = load;
+  }
+  if (lost && options_.on_engine_lost) options_.on_engine_lost(target);
 }
 
 void CellRouter::Poll() {
@@ -217,38 +320,13 @@ void CellRouter::Poll() {
     }
   }
   // Each cell's status; a cell that does not answer is not ready.
-  absl::flat_hash_map<std::string, std::pair<CellLoad, bool>> polled;
   for (const auto& [target, stub] : cells) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(300));
     v1::SchedulerStatus s;
-    auto& [load, answered] = polled[target];
-    answered = stub->GetStatus(&ctx, {}, &s).ok();
-    if (answered) {
-      load = {s.engine_ready(), s.waiting(), s.running(), s.max_seq_len(),
-              ParseCellRole(s.role())};
-    }
-  }
-  std::vector<std::string> lost;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    bool any_ready = false;
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      auto it = polled.find(targets_[i]);
-      if (it == polled.end()) continue;
-      const auto& [load, answered] = it->second;
-      // Its scheduler answers but its engine is gone: a lost engine.
-      if (loads_[i].ready && answered && !load.ready) {
-        lost.push_back(targets_[i]);
-      }
-      loads_[i] = load;
-      any_ready = any_ready || load.ready;
-    }
-    if (!any_ready) lost.clear();  // nowhere else to go: the cell resumes them
-  }
-  if (options_.on_engine_lost) {
-    for (const std::string& target : lost) options_.on_engine_lost(target);
+    const bool answered = stub->GetStatus(&ctx, {}, &s).ok();
+    ApplyStatus(target, answered, s);
   }
 }
 
@@ -324,6 +402,13 @@ int64_t CellRouter::ReadyCapacity() const {
 bool CellRouter::has_dns_source() const {
   return std::any_of(sources_.begin(), sources_.end(),
                      [](const CellSource& s) { return s.dns; });
+}
+
+int64_t CellRouter::StreamedStatuses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& w : watchers_) n += w != nullptr ? w->received() : 0;
+  return n;
 }
 
 std::vector<int64_t> CellRouter::RoutedCounts() const {

@@ -9,10 +9,11 @@
 //  2. bounded load: that cell is skipped when its waiting queue is longer
 //     than the shortest one by more than `spill_waiting`;
 //  3. otherwise (no full page of prompt, or spilled) the least loaded cell
-//     (waiting, then running), ties taken in turn.
+//     (waiting, then running, then most free KV pages), ties taken in turn.
 // The pure part (PickCell, PickForPhase) is in cell_routing.h; CellRouter
-// adds the channels and a poller that keeps every cell's load
-// (SchedulerStatus) fresh.
+// adds the channels and keeps every cell's load fresh: once started, each
+// scheduler streams it (Scheduler.WatchStatus, one CellLoadWatcher per
+// cell); a scheduler without the stream is polled.
 #ifndef PDSERVE_SERVER_FRONTEND_CELL_ROUTER_H_
 #define PDSERVE_SERVER_FRONTEND_CELL_ROUTER_H_
 
@@ -29,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/frontend/cell_load_watcher.h"
 #include "server/frontend/cell_routing.h"
 #include "pdserve/v1/scheduler.grpc.pb.h"
 
@@ -61,11 +63,16 @@ absl::StatusOr<std::vector<std::string>> ResolveAddresses(
 class CellRouter {
  public:
   struct Options {
-    int poll_interval_ms = 100;      // each cell's GetStatus
+    // Once started: each cell's loads stream (watch_loads), throttled to
+    // one status per poll_interval_ms / 4, with a heartbeat every second;
+    // without watch_loads (or against an older scheduler) GetStatus every
+    // poll_interval_ms.
+    int poll_interval_ms = 100;
+    bool watch_loads = true;
     int resolve_interval_ms = 5000;  // dns sources
     AddressResolver resolver;        // ResolveAddresses when empty
-    // Called from Poll (no lock held) with the target of a cell whose
-    // scheduler answers but whose engine was lost since the last poll,
+    // Called (no lock held; from Poll or a cell's watcher thread) with the
+    // target of a cell whose scheduler answers but whose engine was lost,
     // when another cell is ready (the front end moves that cell's streams
     // there rather than wait for the engine). May be empty.
     std::function<void(const std::string& target)> on_engine_lost;
@@ -84,8 +91,8 @@ class CellRouter {
   }
   ~CellRouter();
 
-  // Starts the poller: loads every poll_interval_ms, dns every
-  // resolve_interval_ms.
+  // Starts the loads' watchers (or the poller: loads every
+  // poll_interval_ms) and re-resolves dns every resolve_interval_ms.
   void Start();
   // Polls every cell's status now (the poller's step).
   void Poll();
@@ -123,6 +130,8 @@ class CellRouter {
   int64_t ReadyCapacity() const;
   // Whether a source is dns:/// (its cells may come and go).
   bool has_dns_source() const;
+  // Statuses streamed by the cells' watchers so far (0 when polling).
+  int64_t StreamedStatuses() const;
 
  private:
   CellRouter(std::vector<CellSource> sources, Options options);
@@ -130,6 +139,14 @@ class CellRouter {
   // `log`: say on stderr which joined and which left.
   void SetTargetsLocked(const std::vector<std::string>& targets, bool log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A cell's status (answered false: it did not answer), from a poll or
+  // its watcher; reports a lost engine through on_engine_lost.
+  void ApplyStatus(const std::string& target, bool answered,
+                   const v1::SchedulerStatus& status);
+  void StartWatcherLocked(size_t cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Destroys the watchers of cells that left (outside the lock: each joins
+  // a thread that may be waiting for it) and restarts stale streams.
+  void TendWatchers();
 
   const std::vector<CellSource> sources_;
   const Options options_;
@@ -140,6 +157,10 @@ class CellRouter {
   std::vector<std::shared_ptr<v1::Scheduler::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   std::vector<CellLoad> loads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> routed_ ABSL_GUARDED_BY(mu_);
+  // One per cell once started (watch_loads), in the order of targets_.
+  std::vector<std::unique_ptr<CellLoadWatcher>> watchers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<CellLoadWatcher>> retired_ ABSL_GUARDED_BY(mu_);
+  bool watching_ ABSL_GUARDED_BY(mu_) = false;
   PrefixTracker prefixes_ ABSL_GUARDED_BY(mu_);
   // Last good resolution of each source (a failed one keeps the previous).
   std::vector<std::vector<std::string>> resolved_ ABSL_GUARDED_BY(mu_);

@@ -21,7 +21,9 @@ uint64_t HashString(const std::string& s) {
 }
 
 bool LessLoaded(const CellLoad& a, const CellLoad& b) {
-  return a.waiting != b.waiting ? a.waiting < b.waiting : a.running < b.running;
+  if (a.waiting != b.waiting) return a.waiting < b.waiting;
+  if (a.running != b.running) return a.running < b.running;
+  return a.free_kv_pages > b.free_kv_pages;
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 //  2. bounded load: that cell is skipped when its waiting queue is longer
 //     than the shortest one by more than `spill_waiting`;
 //  3. otherwise (no full page of prompt, or spilled) the least loaded cell
-//     (waiting, then running), ties taken in turn.
+//     (waiting, then running, then most free KV pages), ties taken in turn.
 #ifndef PDSERVE_SERVER_FRONTEND_CELL_ROUTING_H_
 #define PDSERVE_SERVER_FRONTEND_CELL_ROUTING_H_
 
@@ -33,6 +33,10 @@ struct CellLoad {
   int64_t waiting = 0, running = 0;
   int64_t max_seq_len = 0;
   CellRole role = CellRole::kBoth;
+  // Its KV pool (pages; 0 when unknown): free ones break ties between
+  // cells with equal queues. Step time (ms) is informational.
+  int64_t total_kv_pages = 0, free_kv_pages = 0, cached_kv_pages = 0;
+  double step_ms = 0;
 };
 
 // Which cells a pick may choose: kServe, a whole request or its decode

@@ -23,3 +23,6 @@ pdserve_add_test(NAME simulate_cli_test LABEL unit
 pdserve_add_test(NAME cluster_simulator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cluster_simulator_test.cc
   LIBS pdserve_cluster_simulator)
+pdserve_add_test(NAME status_watch_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/status_watch_test.cc
+  LIBS pdserve_scheduler pdserve_frontend)
