@@ -14,13 +14,17 @@ ADAPTER = MON / "prometheus" / "adapter-values.yaml"
 NAMES_H = ROOT / "common" / "metrics" / "metric_names.h"
 OVERLAYS = {"cpu": DEPLOY / "kubernetes" / "overlays" / "cpu",
             "gpu": DEPLOY / "kubernetes" / "overlays" / "gpu",
-            "cells": DEPLOY / "kubernetes" / "overlays" / "cells"}
+            "cells": DEPLOY / "kubernetes" / "overlays" / "cells",
+            "pd": DEPLOY / "kubernetes" / "overlays" / "pd"}
 # The workloads each overlay must render (kind, name).
 WORKLOADS = {
     "cpu": [("Deployment", n) for n in
             ("pdserve-frontend", "pdserve-scheduler", "pdserve-engine")],
     "cells": [("Deployment", "pdserve-frontend"),
               ("StatefulSet", "pdserve-cell")],
+    "pd": [("Deployment", "pdserve-frontend"),
+           ("StatefulSet", "pdserve-cell"),
+           ("StatefulSet", "pdserve-prefill-cell")],
 }
 WORKLOADS["gpu"] = WORKLOADS["cpu"]
 SKIP = 77

@@ -236,6 +236,47 @@ def check_workloads(docs, overlay):
     return deployments, by_kind
 
 
+def addresses(args):
+    """(flag, address) for each address given to --scheduler (a comma list)
+    and --engine."""
+    out = []
+    for flag in ("scheduler", "engine"):
+        value = flag_value(args, flag)
+        for addr in (value or "").split(","):
+            if addr.strip():
+                out.append((flag, addr.strip()))
+    return out
+
+
+def check_roles(deployments, headless, overlay):
+    """Prefill/decode wiring: a prefill scheduler advertises its engine (the
+    decode cells fetch hand-offs there, so not from loopback), and every
+    headless Service of cells is one the front ends route over."""
+    routed = {addr.removeprefix("dns:///").rpartition(":")[0]
+              for d in deployments.values() for c in containers(d)
+              if c["name"] == "frontend"
+              for flag, addr in addresses(c.get("args", []))
+              if flag == "scheduler"}
+    for name, d in deployments.items():
+        for c in containers(d):
+            if c["name"] != "scheduler":
+                continue
+            args = c.get("args", [])
+            role = flag_value(args, "role") or "both"
+            if role not in ("both", "prefill", "decode"):
+                raise Failure(f"{overlay}: {name} --role={role}")
+            advertise = flag_value(args, "engine-advertise") or ""
+            if role == "prefill" and (not advertise or
+                                      advertise.startswith("127.")):
+                raise Failure(f"{overlay}: prefill cell {name} needs an "
+                              f"--engine-advertise the decode cells reach "
+                              f"(got {advertise!r})")
+            service = d["spec"].get("serviceName")
+            if service in headless and service not in routed:
+                raise Failure(f"{overlay}: no front end routes over "
+                              f"{service} ({name}, role {role})")
+
+
 def check_wiring(deployments, by_kind, overlay):
     def pods_matching(selector):
         return [n for n, d in deployments.items()
@@ -264,10 +305,7 @@ def check_wiring(deployments, by_kind, overlay):
         pod_ports = {p["containerPort"] for c in containers(d)
                      for p in c.get("ports", [])}
         for c in containers(d):
-            for flag in ("scheduler", "engine"):
-                addr = flag_value(c.get("args", []), flag)
-                if addr is None:
-                    continue
+            for flag, addr in addresses(c.get("args", [])):
                 dns = addr.startswith("dns:///")
                 host, _, port = addr.removeprefix("dns:///").rpartition(":")
                 if host == "127.0.0.1":
@@ -281,6 +319,7 @@ def check_wiring(deployments, by_kind, overlay):
                 if int(port) not in services.get(host, set()):
                     raise Failure(f"{overlay}: {name} --{flag}={addr} names no "
                                   f"Service port")
+    check_roles(deployments, headless, overlay)
     pm = by_kind["PodMonitor"][0]["spec"]
     scraped = [n for n, d in deployments.items()
                if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v
@@ -315,11 +354,16 @@ def check_wiring(deployments, by_kind, overlay):
                                   f"served by the prometheus-adapter rules")
         if ref["name"] == "pdserve-frontend" and "External" not in kinds:
             raise Failure(f"{overlay}: HPA is not driven by requests waiting")
-    # Every workload of more than one replica has a disruption budget.
+    # Every workload that runs (or may scale to) more than one replica has
+    # a disruption budget.
     budgets = by_kind.get("PodDisruptionBudget", [])
+    scaled = {h["spec"]["scaleTargetRef"]["name"]
+              for h in by_kind.get("HorizontalPodAutoscaler", [])
+              if h["spec"].get("maxReplicas", 1) > 1}
     for n, d in deployments.items():
         labels = d["spec"]["template"]["metadata"]["labels"]
-        if d["spec"].get("replicas", 1) > 1 and not any(
+        many = d["spec"].get("replicas", 1) > 1 or n in scaled
+        if many and not any(
                 all(labels.get(k) == v for k, v in
                     b["spec"]["selector"]["matchLabels"].items())
                 for b in budgets):
@@ -495,6 +539,37 @@ def check_cells_mutations():
     for what, mutate in mutations.items():
         if not refused(base, mutate, "cells", what):
             raise Failure(f"cells mutation not caught: {what}")
+    return len(mutations) + check_pd_mutations(find, set_arg, frontend)
+
+
+def check_pd_mutations(find, set_arg, frontend):
+    """Mutations of the rendered pd overlay that must be refused."""
+    base = kustomize_builtin(OVERLAYS["pd"])
+
+    def prefill_scheduler(docs):
+        return next(c for c in containers(find(
+            docs, "StatefulSet", "pdserve-prefill-cell"))
+            if c["name"] == "scheduler")
+
+    mutations = {
+        "prefill engine not advertised": lambda d: prefill_scheduler(
+            d).update(args=[a for a in prefill_scheduler(d)["args"]
+                            if not a.startswith("--engine-advertise=")]),
+        "prefill engine advertised on loopback": lambda d: set_arg(
+            prefill_scheduler(d), "engine-advertise", "127.0.0.1:50053"),
+        "prefill cells not routed": lambda d: set_arg(
+            frontend(d), "scheduler", "dns:///pdserve-cells:50052"),
+        "second source on no Service port": lambda d: set_arg(
+            frontend(d), "scheduler",
+            "dns:///pdserve-prefill-cells:9,dns:///pdserve-cells:50052"),
+        "unknown role": lambda d: set_arg(
+            prefill_scheduler(d), "role", "prefil"),
+        "prefill cells without a disruption budget": lambda d: d.remove(
+            find(d, "PodDisruptionBudget", "pdserve-prefill-cell")),
+    }
+    for what, mutate in mutations.items():
+        if not refused(base, mutate, "pd", what):
+            raise Failure(f"pd mutation not caught: {what}")
     return len(mutations)
 
 
