@@ -95,6 +95,10 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
            "on the CPU: prompts reuse the KV pages of a prefix already "
            "computed)",
            &O::prefix_cache, /*invert=*/true),
+      Bool("no-shm-handoff",
+           "send KV hand-offs to a decode engine on this host over gRPC too "
+           "(by default they go through shared memory, /dev/shm)",
+           &O::shm_handoff, /*invert=*/true),
       Str("name", "", "model name to report (default: from the file)",
           &O::name),
       Str("tokenizer", "",

@@ -42,6 +42,7 @@ struct EngineProcessOptions {
   // model's context length, capped by the pool (engine/core/capacity.h).
   int64_t max_seq_len = 0;
   bool prefix_cache = false;  // on unless --no-prefix-cache
+  bool shm_handoff = false;   // on unless --no-shm-handoff
   std::string name;          // empty = the model file's own name
   // The tokenizer constrained decoding matches (empty = --model).
   std::string tokenizer;

@@ -545,6 +545,7 @@ void SchedulerShell::PublishStatus() {
   status_.recomputed_tokens = recomputed_tokens_;
   status_.handoffs_exported = handoffs_exported_.load();
   status_.handoffs_imported = handoffs_imported_.load();
+  status_.handoffs_shared_memory = handoffs_shared_memory_.load();
   status_.handoffs_refused = handoffs_refused_.load();
   if (policy_ != nullptr) {
     status_.waiting = static_cast<int32_t>(policy_->waiting());

@@ -92,6 +92,7 @@ struct ShellStatus {
   std::string model;
   std::string role;
   int64_t handoffs_exported = 0, handoffs_imported = 0, handoffs_refused = 0;
+  int64_t handoffs_shared_memory = 0;  // imported through shared memory
   // The KV pool as the policy's ledger counts it (pages; 0 while no engine
   // is connected): all, free (prefix-cached ones included), cached only.
   int64_t total_kv_pages = 0, free_kv_pages = 0, cached_kv_pages = 0;
@@ -275,6 +276,7 @@ class SchedulerShell {
   std::unique_ptr<v1::Engine::Stub> import_stub_;
   absl::flat_hash_set<uint64_t> importing_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> import_cancels_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> handoffs_shared_memory_{0};
   std::atomic<int64_t> handoffs_exported_{0}, handoffs_imported_{0},
       handoffs_refused_{0};
   ShellStatus status_ ABSL_GUARDED_BY(mu_);

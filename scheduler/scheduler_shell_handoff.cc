@@ -36,6 +36,7 @@ void SchedulerShell::FinishImport(uint64_t id, Request r,
     r.import_id = resp.import_id();
     r.imported_tokens = resp.tokens();
     ++handoffs_imported_;
+    if (resp.shared_memory()) ++handoffs_shared_memory_;
     if (options_.metrics != nullptr) {
       options_.metrics->RecordHandoff(true, resp.transfer_ms() / 1e3,
                                       resp.bytes());

@@ -43,6 +43,7 @@ v1::SchedulerStatus ToProto(const ShellStatus& s) {
   p.set_role(s.role);
   p.set_handoffs_exported(s.handoffs_exported);
   p.set_handoffs_imported(s.handoffs_imported);
+  p.set_handoffs_shared_memory(s.handoffs_shared_memory);
   p.set_handoffs_refused(s.handoffs_refused);
   p.set_total_kv_pages(s.total_kv_pages);
   p.set_free_kv_pages(s.free_kv_pages);

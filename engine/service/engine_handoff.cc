@@ -69,10 +69,24 @@ grpc::Status EngineServiceImpl::ExportKv(
                                      "after 60 s)"));
   }
   // The header, then the KV pages and the state in chunks, copied once
-  // (into each message).
+  // (into each message), or, for an importer on this host, into one
+  // shared-memory object named in the header.
   const absl::string_view parts[] = {h->kv, h->linear_state};
   v1::KvChunk chunk;
   FillHeader(*h, chunk.mutable_header());
+  if (!shm_host_id_.empty() && req->shm_host_id() == shm_host_id_) {
+    std::string name = shm_leases_.NextName();
+    if (WriteSharedMemory(name, parts).ok()) {
+      shm_leases_.Add(name, NowNs());
+      chunk.mutable_header()->set_shm_name(std::move(name));
+      if (!writer->Write(chunk)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "the importing engine went away");
+      }
+      return grpc::Status::OK;
+    }
+    // No room in /dev/shm (or no /dev/shm): the stream carries it.
+  }
   bool pending = true;  // `chunk` holds the header, not yet written
   for (absl::string_view part : parts) {
     for (size_t offset = 0; offset < part.size(); offset += kChunkBytes) {
@@ -91,6 +105,10 @@ grpc::Status EngineServiceImpl::ExportKv(
                         "the importing engine went away");
   }
   return grpc::Status::OK;
+}
+
+void EngineServiceImpl::set_shared_memory_handoff(bool on) {
+  shm_host_id_ = on ? SharedMemoryHostId() : "";
 }
 
 std::shared_ptr<grpc::Channel> EngineServiceImpl::PeerChannel(
@@ -112,10 +130,12 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
                                 std::chrono::seconds(30)));
   v1::ExportKvRequest ereq;
   ereq.set_handoff_id(req->handoff_id());
+  ereq.set_shm_host_id(shm_host_id_);
   auto reader = stub->ExportKv(&ctx, ereq);
   v1::KvChunk chunk;
   std::optional<KvHandoff> h;
   size_t kv_bytes = 0, received = 0;
+  std::string shm_name;  // the header's, when set
   absl::Status parse = absl::OkStatus();
   while (reader->Read(&chunk)) {
     if (!h.has_value()) {
@@ -127,6 +147,7 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
       }
       h = std::move(*parsed);
       kv_bytes = static_cast<size_t>(chunk.header().kv_bytes());
+      shm_name = chunk.header().shm_name();
       h->kv.reserve(std::min<size_t>(kv_bytes, size_t{1} << 30));
     }
     // The first kv_bytes are KV pages, the rest linear-attention state.
@@ -148,6 +169,25 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "the prefill engine sent an empty hand-off");
   }
+  // Through shared memory: the header alone came over the stream.
+  const bool through_shm = !shm_name.empty();
+  if (through_shm) {
+    if (received != 0) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          "a hand-off both in shared memory and in chunks");
+    }
+    absl::StatusOr<std::string> data = TakeSharedMemory(
+        shm_name, static_cast<int64_t>(kv_bytes) + h->shape.linear_state_bytes);
+    if (!data.ok()) {
+      return grpc::Status(
+          grpc::StatusCode::DATA_LOSS,
+          absl::StrCat("fetching KV hand-off ", req->handoff_id(), " from ",
+                       req->source(), ": ", data.status().message()));
+    }
+    h->kv.assign(data->data(), kv_bytes);
+    h->linear_state.assign(data->data() + kv_bytes, data->size() - kv_bytes);
+    received = data->size();
+  }
   if (h->kv.size() < kv_bytes) {
     return grpc::Status(grpc::StatusCode::DATA_LOSS,
                         absl::StrCat("hand-off of ", received,
@@ -168,6 +208,7 @@ grpc::Status EngineServiceImpl::ImportKv(grpc::ServerContext* server_ctx,
   }
   resp->set_import_id(id);
   resp->set_transfer_ms(static_cast<double>(NowNs() - t0) / 1e6);
+  resp->set_shared_memory(through_shm);
   return grpc::Status::OK;
 }
 

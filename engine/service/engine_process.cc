@@ -168,6 +168,7 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
       static_cast<int32_t>(shared->config.vocab_size),
       std::max<int64_t>(1, flags.grammar_compile_timeout_ms));
   service.SetGrammarCompiler(grammar.get());
+  service.set_shared_memory_handoff(flags.shm_handoff);
   auto server =
       rpc::StartServer(flags.host, flags.port, {&service});
   if (!server.ok()) return Fail("starting the server", server.status());

@@ -60,7 +60,9 @@ EngineServiceImpl::EngineServiceImpl(EngineCore* core, std::string model_name,
       handoff_shape_(core->HandoffShape()),
       capacity_(core->max_seq_len()),
       exports_(kHandoffBytes, kHandoffTtlNs, HandoffSalt()),
-      imports_(kHandoffBytes, kHandoffTtlNs, HandoffSalt()) {}
+      imports_(kHandoffBytes, kHandoffTtlNs, HandoffSalt()),
+      shm_host_id_(SharedMemoryHostId()),
+      shm_leases_(kHandoffTtlNs) {}
 
 grpc::Status EngineServiceImpl::GetInfo(grpc::ServerContext*,
                                         const v1::GetInfoRequest*,

@@ -16,6 +16,7 @@
 #include "engine/core/engine_core.h"
 #include "engine/kv/kv_handoff.h"
 #include "engine/grammar/grammar.h"
+#include "engine/service/handoff_shm.h"
 #include "pdserve/v1/engine.grpc.pb.h"
 #include "common/metrics/engine_metrics.h"
 
@@ -56,6 +57,9 @@ class EngineServiceImpl final : public v1::Engine::Service {
   grpc::Status ExportKv(grpc::ServerContext* ctx,
                         const v1::ExportKvRequest* req,
                         grpc::ServerWriter<v1::KvChunk>* writer) override;
+  // Same-host hand-offs go through shared memory unless turned off here
+  // (--no-shm-handoff; on by default). Call before serving.
+  void set_shared_memory_handoff(bool on);
   grpc::Status ImportKv(grpc::ServerContext* ctx,
                         const v1::ImportKvRequest* req,
                         v1::ImportKvResponse* resp) override;
@@ -113,6 +117,10 @@ class EngineServiceImpl final : public v1::Engine::Service {
   std::mutex peers_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> peers_
       ABSL_GUARDED_BY(peers_mu_);
+  // Same-host hand-offs through shared memory (handoff_shm.h): this
+  // process's identity ("" = off) and the objects written, not yet taken.
+  std::string shm_host_id_;
+  SharedMemoryLeases shm_leases_;
 };
 
 }  // namespace pdserve::service

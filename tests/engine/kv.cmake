@@ -32,3 +32,6 @@ pdserve_add_test(NAME engine_resume_test LABEL unit
 pdserve_add_test(NAME engine_handoff_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_handoff_test.cc
   LIBS pdserve_engine_core pdserve_loader nlohmann_json::nlohmann_json)
+pdserve_add_test(NAME handoff_shm_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/handoff_shm_test.cc
+  LIBS pdserve_engine_service)

@@ -61,42 +61,51 @@ TEST(PrefillDecodeTest, SplitRequestsStreamTheTokensOfOneCell) {
       solo[i] = r.token_ids;
     }
   }
-  auto s = ServeInstance::Start(
-      {"--model", Stories260K(), "--tokenizer", Stories260KTokenizer(),
-       "--kv-memory", "64M", "--cells", "2", "--prefill-cells", "1",
-       "--pd-min-prompt-tokens", "32", "--threads", "2"});
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto& serve = **s;
-  const std::vector<std::string> cells = serve.SchedulerTargets();
-  ASSERT_EQ(cells.size(), 2u) << serve.log();
-  EXPECT_EQ(Status(cells[0]).role(), "prefill");
-  EXPECT_EQ(Status(cells[1]).role(), "decode");
-  std::vector<GenerateResult> out(kRequests);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kRequests; ++i) {
-    threads.emplace_back([&, i] {
-      auto stub = serve.Client();
-      out[i] = Generate(stub.get(), LongStory(i));
-    });
+  // Through shared memory (the default: both engines on this host), then
+  // over the engines' gRPC stream.
+  for (const bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "gRPC stream");
+    std::vector<std::string> args = {
+        "--model", Stories260K(), "--tokenizer", Stories260KTokenizer(),
+        "--kv-memory", "64M", "--cells", "2", "--prefill-cells", "1",
+        "--pd-min-prompt-tokens", "32", "--threads", "2"};
+    if (!shm) args.push_back("--no-shm-handoff");
+    auto s = ServeInstance::Start(args);
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto& serve = **s;
+    const std::vector<std::string> cells = serve.SchedulerTargets();
+    ASSERT_EQ(cells.size(), 2u) << serve.log();
+    EXPECT_EQ(Status(cells[0]).role(), "prefill");
+    EXPECT_EQ(Status(cells[1]).role(), "decode");
+    std::vector<GenerateResult> out(kRequests);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRequests; ++i) {
+      threads.emplace_back([&, i] {
+        auto stub = serve.Client();
+        out[i] = Generate(stub.get(), LongStory(i));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE(out[i].status.ok())
+          << i << ": " << out[i].status.error_message();
+      EXPECT_EQ(out[i].token_ids, solo[i]) << i;
+      EXPECT_EQ(out[i].final.finish_reason(), v1::FINISH_REASON_LENGTH);
+    }
+    const v1::SchedulerStatus prefill = Status(cells[0]);
+    const v1::SchedulerStatus decode = Status(cells[1]);
+    EXPECT_EQ(prefill.handoffs_exported(), kRequests) << serve.log();
+    EXPECT_EQ(decode.handoffs_imported(), kRequests) << serve.log();
+    EXPECT_EQ(decode.handoffs_refused(), 0);
+    EXPECT_EQ(decode.handoffs_shared_memory(), shm ? kRequests : 0);
+    // A short prompt skips the hop: served on the decode cell alone.
+    v1::GenerateRequest brief = LongStory(0);
+    brief.set_prompt("Once");
+    auto client = serve.Client();
+    GenerateResult r = Generate(client.get(), brief);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(Status(cells[0]).handoffs_exported(), kRequests);
   }
-  for (std::thread& t : threads) t.join();
-  for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status.error_message();
-    EXPECT_EQ(out[i].token_ids, solo[i]) << i;
-    EXPECT_EQ(out[i].final.finish_reason(), v1::FINISH_REASON_LENGTH);
-  }
-  const v1::SchedulerStatus prefill = Status(cells[0]);
-  const v1::SchedulerStatus decode = Status(cells[1]);
-  EXPECT_EQ(prefill.handoffs_exported(), kRequests) << serve.log();
-  EXPECT_EQ(decode.handoffs_imported(), kRequests) << serve.log();
-  EXPECT_EQ(decode.handoffs_refused(), 0);
-  // A short prompt skips the hop: served on the decode cell alone.
-  v1::GenerateRequest brief = LongStory(0);
-  brief.set_prompt("Once");
-  auto client = serve.Client();
-  GenerateResult r = Generate(client.get(), brief);
-  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-  EXPECT_EQ(Status(cells[0]).handoffs_exported(), kRequests);
 }
 
 // `pdserve <args>` as a child (stderr to `err`); killed when destroyed.
