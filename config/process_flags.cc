@@ -132,6 +132,11 @@ FlagTable<SchedulerProcessOptions> MakeSchedulerFlags() {
            "a decode-only step while sequences decode (fitted online; 0 = "
            "fixed budget)",
            &O::itl_slowdown, 0, true),
+      Real("itl-floor-ms", "40",
+           "with --itl-slowdown: a step may always take this long, however "
+           "short a decode-only step is (few streams decoding do not starve "
+           "a long prompt's prefill); 0 = the slowdown alone",
+           &O::itl_floor_ms, 0, true),
       Real("step-timeout", "120",
            "seconds to wait for one step's result before treating the engine "
            "as hung",

@@ -60,6 +60,7 @@ struct SchedulerProcessOptions {
   int64_t max_running = 0;
   int64_t max_queue = 0;
   double itl_slowdown = 0;  // 0 = fixed budget
+  double itl_floor_ms = 0;  // with itl_slowdown: steps may always take this
   double step_timeout_s = 0;
   double engine_recovery_s = 0;  // 0 = a lost engine fails its requests
   int64_t pipeline_depth = 0;

@@ -78,6 +78,10 @@ FlagTable<SimulateOptions> MakeSimulateFlags() {
            "adaptive budget as in serve: a step with prefill costs at most X "
            "times a decode-only step (0 = fixed budget)",
            &O::itl_slowdown, 0, true),
+      Real("itl-floor-ms", "40",
+           "as in serve: with --itl-slowdown a step may always take this "
+           "long (ms); 0 = the slowdown alone",
+           &O::itl_floor_ms, 0, true),
       Str("calibration", "",
           "CSV prefill_tokens,decode_seqs,step_ms[,attended_mpairs] of measured "
           "engine steps "

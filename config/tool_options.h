@@ -49,6 +49,7 @@ struct SimulateOptions {
   std::optional<double> decode_seq_ms;
   std::optional<double> attention_ms;
   double itl_slowdown = 0;  // 0 = fixed budget
+  double itl_floor_ms = 0;  // with itl_slowdown: steps may always take this
   bool json = false;
   // The cluster: cells, of them prefill cells (0 = none), the split
   // threshold and the hand-off cost, how requests are routed.

@@ -140,6 +140,7 @@ int RunSchedulerProcess(const config::SchedulerProcessOptions& flags) {
   options.engine_target = flags.engine;
   options.step_log_path = flags.step_log;
   options.itl_slowdown = flags.itl_slowdown;
+  options.itl_floor_ms = flags.itl_floor_ms;
   options.step_deadline = std::chrono::milliseconds(
       static_cast<int64_t>(flags.step_timeout_s * 1000.0));
   options.engine_recovery = std::chrono::milliseconds(

@@ -491,7 +491,7 @@ void SchedulerShell::AdaptBudget() {
   policy_->set_step_token_budget(SchedulerStepBudget(
       *policy_, online_cost_, options_.itl_slowdown,
       options_.min_prefill_chunk, options_.policy.step_token_budget,
-      /*catching_up=*/!catching_up_.empty()));
+      /*catching_up=*/!catching_up_.empty(), options_.itl_floor_ms));
 }
 
 void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {

@@ -61,6 +61,9 @@ struct ShellOptions {
   // time (a StepCostModel fitted online to recent steps) stays within this
   // factor of a decode-only step; 0 = fixed budget.
   double itl_slowdown = 0;
+  // With itl_slowdown: a step may always take this long (ms), however short
+  // a decode-only step is (--itl-floor-ms).
+  double itl_floor_ms = 0;
   // Steps written to the engine ahead of their results (StepStream): 2 means
   // the next step is queued at the engine while one runs, so the engine
   // never waits for a round trip; 1 sends a step only after the last

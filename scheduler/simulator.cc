@@ -269,15 +269,16 @@ Percentiles ComputePercentiles(std::vector<double> values) {
 int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
                            double slowdown, int64_t min_prefill,
                            int64_t max_budget, int64_t decoding_kv_tokens,
-                           int64_t prefill_position) {
+                           int64_t prefill_position, double min_step_ms) {
   if (slowdown <= 1 || decoding <= 0 || cost.prefill_token_ms <= 0) {
     return max_budget;
   }
   // A decode at context c attends c + 1 positions.
   const double decode_mpairs =
       static_cast<double>(decoding_kv_tokens + decoding) / 1e6;
+  const double decode_ms = cost.StepMs(0, decoding, decode_mpairs);
   const double extra_ms =
-      (slowdown - 1.0) * cost.StepMs(0, decoding, decode_mpairs);
+      std::max((slowdown - 1.0) * decode_ms, min_step_ms - decode_ms);
   // Each prefill token attends about prefill_position more positions.
   const double token_ms =
       cost.prefill_token_ms +
@@ -291,18 +292,18 @@ int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
 
 int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
                               double slowdown, int64_t min_prefill,
-                              int64_t max_budget) {
+                              int64_t max_budget, double min_step_ms) {
   return AdaptiveStepBudget(cost, policy.decoding(), slowdown, min_prefill,
                             max_budget, policy.decoding_kv_tokens(),
-                            policy.next_prefill_position());
+                            policy.next_prefill_position(), min_step_ms);
 }
 
 int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
                          double slowdown, int64_t min_prefill,
-                         int64_t max_budget) {
+                         int64_t max_budget, double min_step_ms) {
   if (online.model().has_value()) {
     return AdaptiveStepBudgetFor(policy, *online.model(), slowdown,
-                                 min_prefill, max_budget);
+                                 min_prefill, max_budget, min_step_ms);
   }
   const int64_t decoding = policy.decoding();
   if (slowdown <= 1 || decoding == 0) return max_budget;
@@ -312,9 +313,11 @@ int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
 
 int64_t SchedulerStepBudget(const Policy& policy, const OnlineStepCost& online,
                             double slowdown, int64_t min_prefill,
-                            int64_t max_budget, bool catching_up) {
+                            int64_t max_budget, bool catching_up,
+                            double min_step_ms) {
   if (catching_up) return max_budget;
-  return OnlineStepBudget(policy, online, slowdown, min_prefill, max_budget);
+  return OnlineStepBudget(policy, online, slowdown, min_prefill, max_budget,
+                          min_step_ms);
 }
 
 StepSample SampleOf(const StepPlan& plan, double step_ms) {
@@ -329,7 +332,8 @@ double PlannedStepMs(const StepCostModel& cost, const StepPlan& plan) {
 
 SimulationResult Simulate(absl::Span<const TraceRequest> trace,
                           const PolicyConfig& config, const PoolGeometry& pool,
-                          const StepCostModel& cost, double itl_slowdown) {
+                          const StepCostModel& cost, double itl_slowdown,
+                          double itl_floor_ms) {
   std::vector<TraceRequest> reqs(trace.begin(), trace.end());
   std::stable_sort(reqs.begin(), reqs.end(), [](const auto& a, const auto& b) {
     return a.arrival_s < b.arrival_s;
@@ -355,7 +359,8 @@ SimulationResult Simulate(absl::Span<const TraceRequest> trace,
     }
     if (itl_slowdown > 1) {
       policy.set_step_token_budget(AdaptiveStepBudgetFor(
-          policy, cost, itl_slowdown, 1, config.step_token_budget));
+          policy, cost, itl_slowdown, 1, config.step_token_budget,
+          itl_floor_ms));
     }
     StepPlan plan = policy.Plan();
     if (plan.items.empty()) {

@@ -105,19 +105,23 @@ class OnlineStepCost {
 // prefill may add at most (slowdown - 1) times the cost of a decode-only
 // step, i.e. decoding + that many prefill tokens at their cost from
 // position `prefill_position` on (attention grows with it), but at least
-// decoding + min_prefill and at most max_budget. With slowdown <= 1,
-// nothing decoding, or a cost model without a per-token prefill cost:
-// max_budget. Pure; the scheduler shell and the simulators share it.
+// decoding + min_prefill and at most max_budget. A step may always take
+// `min_step_ms` (the ITL floor: with few sequences decoding, a decode-only
+// step is so short that its slowdown alone would starve prefill). With
+// slowdown <= 1, nothing decoding, or a cost model without a per-token
+// prefill cost: max_budget. Pure; the scheduler shell and the simulators
+// share it.
 int64_t AdaptiveStepBudget(const StepCostModel& cost, int64_t decoding,
                            double slowdown, int64_t min_prefill,
                            int64_t max_budget,
                            int64_t decoding_kv_tokens = 0,
-                           int64_t prefill_position = 0);
+                           int64_t prefill_position = 0,
+                           double min_step_ms = 0);
 
 // AdaptiveStepBudget for `policy`'s state now.
 int64_t AdaptiveStepBudgetFor(const Policy& policy, const StepCostModel& cost,
                               double slowdown, int64_t min_prefill,
-                              int64_t max_budget);
+                              int64_t max_budget, double min_step_ms = 0);
 
 // Prefill tokens a step may carry while sequences decode before the first
 // online fit exists (the cost of a token is not known yet).
@@ -130,7 +134,7 @@ inline constexpr int64_t kColdStartPrefillTokens = 32;
 // whole chunks while the cost is learnt), max_budget otherwise.
 int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
                          double slowdown, int64_t min_prefill,
-                         int64_t max_budget);
+                         int64_t max_budget, double min_step_ms = 0);
 
 // The scheduler's budget for its next step: with `catching_up` (a request
 // resumed after an engine or scheduler loss is recomputing prompt + tokens
@@ -139,7 +143,8 @@ int64_t OnlineStepBudget(const Policy& policy, const OnlineStepCost& online,
 // OnlineStepBudget.
 int64_t SchedulerStepBudget(const Policy& policy, const OnlineStepCost& online,
                             double slowdown, int64_t min_prefill,
-                            int64_t max_budget, bool catching_up);
+                            int64_t max_budget, bool catching_up,
+                            double min_step_ms = 0);
 
 // The sample a step of `plan` taking `step_ms` gives.
 StepSample SampleOf(const StepPlan& plan, double step_ms);
@@ -173,7 +178,8 @@ struct SimulationResult {
 // with --itl-slowdown (there fitted online to measured steps).
 SimulationResult Simulate(absl::Span<const TraceRequest> trace,
                           const PolicyConfig& config, const PoolGeometry& pool,
-                          const StepCostModel& cost, double itl_slowdown = 0);
+                          const StepCostModel& cost, double itl_slowdown = 0,
+                          double itl_floor_ms = 0);
 
 }  // namespace pdserve::scheduler
 

@@ -99,6 +99,7 @@ absl::StatusOr<frontend::ClusterConfig> ClusterOf(
     c.step_time_ratios = scheduler::StepTimeRatios(*samples, c.cost);
   }
   c.itl_slowdown = o.itl_slowdown;
+  c.itl_floor_ms = o.itl_floor_ms;
   if (o.budget_fit != "online" && o.budget_fit != "given") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--budget-fit ", o.budget_fit, " must be online or given"));

@@ -245,10 +245,12 @@ void ClusterRun::StartStep(Cell& cell) {
     cell.policy.set_step_token_budget(
         config_.online_fit
             ? scheduler::OnlineStepBudget(cell.policy, cell.online,
-                                          config_.itl_slowdown, 1, max_budget)
+                                          config_.itl_slowdown, 1, max_budget,
+                                          config_.itl_floor_ms)
             : scheduler::AdaptiveStepBudgetFor(cell.policy, config_.cost,
                                                config_.itl_slowdown, 1,
-                                               max_budget));
+                                               max_budget,
+                                               config_.itl_floor_ms));
   }
   cell.plan = cell.policy.Plan();
   if (cell.plan.items.empty()) {

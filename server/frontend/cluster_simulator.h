@@ -48,6 +48,7 @@ struct ClusterConfig {
   scheduler::PoolGeometry pool;
   scheduler::StepCostModel cost;
   double itl_slowdown = 0;  // > 1: the adaptive budget, as --itl-slowdown
+  double itl_floor_ms = 40;  // with it: as --itl-floor-ms
   // true: each cell budgets as the live scheduler does (OnlineStepBudget:
   // fitted online to its own simulated steps, a cold-start cap until the
   // first fit); false: the budget uses `cost` from the first step.

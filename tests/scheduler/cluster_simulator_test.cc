@@ -39,7 +39,8 @@ TEST(ClusterSimulatorTest, OneCellWithAGivenCostEqualsTheSingleCellSimulator) {
   const std::vector<TraceRequest> trace = Mixed(8, 3, 0.4);
   const ClusterResult cluster = SimulateCluster(trace, c);
   const scheduler::SimulationResult one =
-      scheduler::Simulate(trace, c.policy, c.pool, c.cost, c.itl_slowdown);
+      scheduler::Simulate(trace, c.policy, c.pool, c.cost, c.itl_slowdown,
+                          c.itl_floor_ms);
   EXPECT_EQ(cluster.completed, one.completed);
   EXPECT_EQ(cluster.ttft_ms.count, one.ttft_ms.count);
   EXPECT_DOUBLE_EQ(cluster.ttft_ms.p99, one.ttft_ms.p99);

@@ -132,6 +132,21 @@ TEST(SimulatorTest, AdaptiveStepBudgetFormula) {
   EXPECT_EQ(AdaptiveStepBudget({2, 0, 0.5}, 8, 1.5, 1, 512), 512);
 }
 
+TEST(SimulatorTest, TheItlFloorLetsShortDecodeStepsCarryPrefill) {
+  StepCostModel cost{2, 0.05, 0.5};  // 8 decoding: a 6 ms decode-only step
+  // Below 1.5 x 6 ms the floor changes nothing.
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 1.5, 1, 512, 0, 0, 5), 8 + 60);
+  // A 20 ms floor: 14 ms of prefill at 0.05 ms a token.
+  EXPECT_EQ(AdaptiveStepBudget(cost, 8, 1.5, 1, 4096, 0, 0, 20), 8 + 280);
+  // One sequence decoding (2.5 ms steps): 1.25 ms of prefill by the
+  // slowdown alone, 37.5 ms under a 40 ms floor (capped by the budget).
+  EXPECT_EQ(AdaptiveStepBudget(cost, 1, 1.5, 1, 4096), 1 + 25);
+  EXPECT_EQ(AdaptiveStepBudget(cost, 1, 1.5, 1, 4096, 0, 0, 40), 1 + 750);
+  EXPECT_EQ(AdaptiveStepBudget(cost, 1, 1.5, 1, 512, 0, 0, 40), 512);
+  // Off (slowdown <= 1) stays off whatever the floor.
+  EXPECT_EQ(AdaptiveStepBudget(cost, 1, 0, 1, 512, 0, 0, 40), 512);
+}
+
 TEST(SimulatorTest, FitRecoversLinearCosts) {
   std::vector<StepSample> samples;
   for (int p : {0, 64, 256, 512}) {
