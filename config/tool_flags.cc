@@ -37,6 +37,10 @@ FlagTable<ChatOptions> MakeChatFlags() {
       Bool("raw", "send MESSAGE as a raw prompt (no chat template)", &O::raw),
       Bool("stats", "print finish reason, usage and timings on stderr",
            &O::stats),
+      Real("connect-timeout", "20",
+           "seconds to wait for the front end to accept the connection "
+           "(retrying) before the first request",
+           &O::connect_timeout_s, 0, false),
   };
   return t;
 }

@@ -29,6 +29,7 @@ struct ChatOptions {
   std::string stop;             // empty = none
   bool raw = false;             // MESSAGE is a raw prompt (no template)
   bool stats = false;           // finish reason, usage, timings on stderr
+  double connect_timeout_s = 20;  // wait this long for the front end
 };
 
 // `pdserve simulate --trace FILE [options]`: the policy, pool and step-cost

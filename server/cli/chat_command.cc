@@ -1,6 +1,8 @@
 // `pdserve chat --target ADDR [MESSAGE]`: a streaming client of the public
 // API. With MESSAGE: one reply, printed as it streams. Without: an
 // interactive conversation (history kept; "/exit" or end of input quits).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -74,7 +76,21 @@ int RunChat(int argc, char** argv) {
   }
   const ChatOptions& o = command->options;
   const v1::GenerateRequest base = BaseRequest(o);
-  auto stub = v1::Inference::NewStub(rpc::MakeChannel(o.target));
+  auto channel = rpc::MakeChannel(o.target);
+  // Connect first, retrying within the timeout: a fail-fast call made while
+  // the first connection attempt is still in progress (a loaded machine, a
+  // front end just started) would otherwise end UNAVAILABLE at once.
+  if (!channel->WaitForConnected(
+          std::chrono::system_clock::now() +
+          std::chrono::milliseconds(
+              static_cast<int64_t>(std::min(o.connect_timeout_s, 1e6) * 1000)))) {
+    std::fprintf(stderr,
+                 "pdserve chat: UNAVAILABLE: could not connect to %s within "
+                 "%g s (--connect-timeout)\n",
+                 o.target.c_str(), o.connect_timeout_s);
+    return 1;
+  }
+  auto stub = v1::Inference::NewStub(channel);
   std::vector<v1::ChatMessage> history;
   if (!o.system.empty()) {
     v1::ChatMessage m;

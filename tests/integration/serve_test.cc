@@ -460,6 +460,17 @@ TEST_F(ServeTest, ChatCliStreamsRepliesAndKeepsTheHistory) {
   EXPECT_THAT(too_many.err,
               HasSubstr("INVALID_ARGUMENT: max_tokens 100000 must "
                         "be in [1, 512]"));
+  // Nothing listens on port 1: the client gives up after its connect
+  // timeout with the address and the timeout in its message.
+  CliResult unreachable = RunCli(
+      "", PdserveBinary(),
+      "chat --target 127.0.0.1:1 --connect-timeout 0.3 hi");
+  EXPECT_EQ(unreachable.code, 1);
+  EXPECT_THAT(unreachable.err,
+              HasSubstr("could not connect to 127.0.0.1:1 within 0.3 s"));
+  CliResult zero = RunCli("", PdserveBinary(), chat + "4 --connect-timeout 0 hi");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--connect-timeout 0 must be a number > 0"));
 }
 
 TEST_F(ServeTest, PythonClientStreamsAReply) {
