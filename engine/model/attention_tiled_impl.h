@@ -105,20 +105,40 @@ inline V16 ExpV(V16 x) {
   return x < -87.0f ? V16{} : y;
 }
 
-// Pairwise sum of 16 lanes: halves added lane by lane, 8 + 4 + 2 + 1.
+// Pairwise sum of 16 lanes: halves added lane by lane, 8 + 4 + 2 + 1
+// (a[i] + a[i + w] for w = 8, 4, 2, 1), by shuffles.
 inline float HSum(V16 v) {
-  float a[kL];
-  std::memcpy(a, &v, sizeof(a));
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
-  }
-  return a[0];
+  v = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9,
+                                  10, 11, 12, 13, 14, 15);
+  v = v + __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7,
+                                  4, 5, 6, 7);
+  v = v + __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                  2, 3, 2, 3);
+  v = v + __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                  1, 1, 1, 1);
+  return v[0];
 }
 
-inline float HMax(const float* s, int64_t n) {
-  float m = s[0];
-  for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
-  return m;
+inline V16 MaxV(V16 a, V16 b) { return a < b ? b : a; }
+
+// The largest of 16 lanes (exact: the order of a max does not matter).
+inline float HMaxV(V16 v) {
+  v = MaxV(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8,
+                                      9, 10, 11, 12, 13, 14, 15));
+  v = MaxV(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6,
+                                      7, 4, 5, 6, 7));
+  v = MaxV(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                      3, 2, 3, 2, 3));
+  v = MaxV(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                      1, 1, 1, 1, 1));
+  return v[0];
+}
+
+// Lanes at or past `valid` (counting from lane 0) set to -inf.
+inline V16 MaskFrom(V16 v, int64_t valid) {
+  const I32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const I32x16 keep = lane < static_cast<int32_t>(valid);
+  return keep ? v : Splat(-std::numeric_limits<float>::infinity());
 }
 
 // Where one tile of keys lives and the staged f32 copy the queries share.
@@ -238,12 +258,8 @@ void Scores(const float* const* qs, const float* kt, int64_t hd, V16* out) {
 // One query's online-softmax step over the tile: `valid` keys.
 template <int HV>
 void Update(V16 s, int64_t valid, const float* vt, int64_t hd, float* rec) {
-  float sa[kL];
-  std::memcpy(sa, &s, sizeof(sa));
-  for (int64_t j = valid; j < kL; ++j) {
-    sa[j] = -std::numeric_limits<float>::infinity();
-  }
-  const float tmax = HMax(sa, valid);
+  s = MaskFrom(s, valid);
+  const float tmax = HMaxV(s);
   const int64_t hv = HV > 0 ? HV : hd / kL;
   float* o = rec + 2;
   if (tmax > rec[0]) {
@@ -254,7 +270,7 @@ void Update(V16 s, int64_t valid, const float* vt, int64_t hd, float* rec) {
     }
     rec[0] = tmax;
   }
-  const V16 p = ExpV(LoadF(sa) - rec[0]);
+  const V16 p = ExpV(s - rec[0]);
   rec[1] = rec[1] + HSum(p);
   float pa[kL];
   std::memcpy(pa, &p, sizeof(pa));
@@ -407,24 +423,34 @@ inline float Bf16Float(uint32_t h) {
   return f;
 }
 
-// acc + the 16 lanes of pairs (32 bf16) times the pair (odd << 16 | even).
-inline V16 DotPairs(V16 acc, const uint16_t* pairs, uint32_t pair) {
+// 16 lanes of bf16 pairs (32 bf16), as they are.
+inline U32x16 LoadPairs(const uint16_t* pairs) {
+  U32x16 u;
+  std::memcpy(&u, pairs, sizeof(u));
+  return u;
+}
+
+// acc + the 16 lanes of pairs `k` times the pair (odd << 16 | even).
+inline V16 DotPairs(V16 acc, U32x16 k, uint32_t pair) {
 #if defined(__AVX512BF16__)
   __m512 a;
   std::memcpy(&a, &acc, sizeof(a));
-  const __m512i k = _mm512_loadu_si512(pairs);
-  a = _mm512_dpbf16_ps(a, (__m512bh)k, (__m512bh)_mm512_set1_epi32(pair));
+  __m512i kv;
+  std::memcpy(&kv, &k, sizeof(kv));
+  a = _mm512_dpbf16_ps(a, (__m512bh)kv, (__m512bh)_mm512_set1_epi32(pair));
   std::memcpy(&acc, &a, sizeof(a));
   return acc;
 #else
-  U32x16 u;
-  std::memcpy(&u, pairs, sizeof(u));
-  const U32x16 lo = u << 16, hi = u & 0xffff0000u;
+  const U32x16 lo = k << 16, hi = k & 0xffff0000u;
   V16 even, odd;
   std::memcpy(&even, &lo, sizeof(even));
   std::memcpy(&odd, &hi, sizeof(odd));
   return (acc + Bf16Float(pair >> 16) * odd) + Bf16Float(pair & 0xffffu) * even;
 #endif
+}
+
+inline V16 DotPairs(V16 acc, const uint16_t* pairs, uint32_t pair) {
+  return DotPairs(acc, LoadPairs(pairs), pair);
 }
 
 // Where a tile's bf16 pairs are: key pair row p at k + p * k_stride, value
@@ -496,12 +522,12 @@ template <int HV>
 void SoftmaxBlockBf16(V16* s, int64_t valid, int64_t hd, float* rec,
                       uint32_t* w) {
   const int64_t ntile = (valid + kL - 1) / kL;
-  float sa[kBlock];
-  for (int64_t t = 0; t < 4; ++t) std::memcpy(sa + t * kL, &s[t], 64);
-  for (int64_t j = valid; j < ntile * kL; ++j) {
-    sa[j] = -std::numeric_limits<float>::infinity();
+  V16 m = Splat(-std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < ntile; ++t) {
+    s[t] = MaskFrom(s[t], valid - t * kL);
+    m = MaxV(m, s[t]);
   }
-  const float tmax = HMax(sa, valid);
+  const float tmax = HMaxV(m);
   const int64_t hv = HV > 0 ? HV : hd / kL;
   float* o = rec + 2;
   if (tmax > rec[0]) {
@@ -512,21 +538,21 @@ void SoftmaxBlockBf16(V16* s, int64_t valid, int64_t hd, float* rec,
     }
     rec[0] = tmax;
   }
+  // The weights rounded to bf16 (RNE), written in key order: as uint32
+  // pairs, w[u] = bf16(p[2u]) | bf16(p[2u + 1]) << 16 (masked keys weigh 0).
   V16 pr[4] = {};
-  uint32_t bits[kBlock];
+  auto* w16 = reinterpret_cast<uint16_t*>(w);
   for (int64_t t = 0; t < ntile; ++t) {
-    const V16 p = ExpV(LoadF(sa + t * kL) - rec[0]);
+    const V16 p = ExpV(s[t] - rec[0]);
     U32x16 u;
     std::memcpy(&u, &p, sizeof(u));
     const U32x16 pb = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const U32x16 pbf = pb << 16;
     std::memcpy(&pr[t], &pbf, sizeof(pbf));
-    std::memcpy(bits + t * kL, &pb, sizeof(pb));
+    const U16x16 h = __builtin_convertvector(pb, U16x16);
+    std::memcpy(w16 + t * kL, &h, sizeof(h));
   }
   rec[1] = rec[1] + HSum((pr[0] + pr[1]) + (pr[2] + pr[3]));
-  for (int64_t u = 0; u < (valid + 1) / 2; ++u) {
-    w[u] = (bits[2 * u + 1] << 16) | bits[2 * u];
-  }
 }
 
 // o += p v for NQ queries at once (each over its own np[q] pairs), sharing
@@ -535,10 +561,23 @@ template <int NQ, int HV>
 void PvBf16(float* const* o, const uint32_t* const* w, const int64_t* np,
             const Bf16Tile* tiles, int64_t max_pairs) {
   V16 acc[NQ][HV];
+  int64_t common = max_pairs;
   for (int q = 0; q < NQ; ++q) {
+    common = std::min(common, np[q]);
     for (int c = 0; c < HV; ++c) acc[q][c] = LoadF(o[q] + c * kL);
   }
-  for (int64_t u = 0; u < max_pairs; ++u) {
+  // Pairs every query has: each value vector loaded once for all of them.
+  for (int64_t u = 0; u < common; ++u) {
+    const Bf16Tile& tile = tiles[u / (kL / 2)];
+    const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
+    U32x16 vv[HV];
+    for (int c = 0; c < HV; ++c) vv[c] = LoadPairs(v + c * 32);
+    for (int q = 0; q < NQ; ++q) {
+      const uint32_t wq = w[q][u];
+      for (int c = 0; c < HV; ++c) acc[q][c] = DotPairs(acc[q][c], vv[c], wq);
+    }
+  }
+  for (int64_t u = common; u < max_pairs; ++u) {
     const Bf16Tile& tile = tiles[u / (kL / 2)];
     const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
     for (int q = 0; q < NQ; ++q) {
