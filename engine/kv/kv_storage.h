@@ -25,7 +25,9 @@ namespace pdserve {
 //   kBF16:       in pairs, the operand layout of a bf16 dot product
 //                (vdpbf16ps): keys (s, i) at [i / 2][s][i % 2] (16 slots x 2
 //                elements of a head in 64 bytes), values (s, i) at
-//                [s / 2][i][s % 2] (2 slots x 16 elements in 64 bytes);
+//                [h][s / 2][d][s % 2] (2 slots x 16 elements in 64 bytes;
+//                a head's values in a page contiguous, like its keys, so
+//                that decode attention streams two runs per page and head);
 //                page_size must be even.
 //   kQ8_0:       keys: int8 [i][s], then f16 scales [h][d / 32][s];
 //                values: int8 [s][kv_dim], then f16 scales [s][kv_dim / 32].
@@ -126,7 +128,8 @@ class KvStorage {
     return ((i / 2) * page_size_ + s) * 2 + (i % 2);
   }
   int64_t Bf16ValueIndex(int64_t s, int64_t i) const {
-    return ((s / 2) * kv_dim_ + i) * 2 + (s % 2);
+    const int64_t h = i / head_dim_, d = i % head_dim_;
+    return (((h * (page_size_ / 2) + s / 2) * head_dim_) + d) * 2 + (s % 2);
   }
 
  private:

@@ -275,13 +275,16 @@ TEST(KvStorageDTypeTest, RoundTripsWithinTheTypesPrecision) {
     }
   }
   // bf16 is stored in dot-product pairs: key element i of slot s at
-  // [i / 2][s][i % 2], value element i at [s / 2][i][s % 2].
+  // [i / 2][s][i % 2], value element i = h * 64 + d at [h][s / 2][d][s % 2]
+  // (each head's values in the page contiguous).
   KvStorage kv(1, kv_dim, ps, 1, KvDType::kBF16, 64);
   kv.Write(0, 0, 5, k.data(), v.data());
   const auto* keys = reinterpret_cast<const uint16_t*>(kv.key_block(0, 0));
   const auto* vals = reinterpret_cast<const uint16_t*>(kv.value_block(0, 0));
   EXPECT_EQ(keys[(3 * ps + 5) * 2 + 1], F32ToBF16(k[7]));
-  EXPECT_EQ(vals[(2 * kv_dim + 7) * 2 + 1], F32ToBF16(v[7]));
+  EXPECT_EQ(vals[(2 * 64 + 7) * 2 + 1], F32ToBF16(v[7]));
+  EXPECT_EQ(vals[(((1 * ps / 2) + 2) * 64 + 3) * 2 + 1], F32ToBF16(v[64 + 3]));
+  EXPECT_EQ(keys[((32 + 1) * ps + 5) * 2 + 1], F32ToBF16(k[64 + 3]));
   // f16 keys are transposed: element i of slot 5 at [i][slot].
   KvStorage kv16(1, kv_dim, ps, 1, KvDType::kF16, 64);
   kv16.Write(0, 0, 5, k.data(), v.data());
