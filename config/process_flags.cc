@@ -95,6 +95,12 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
            "on the CPU: prompts reuse the KV pages of a prefix already "
            "computed)",
            &O::prefix_cache, /*invert=*/true),
+      Bool("kv-huge-pages",
+           "back the host KV cache with transparent huge pages: attention "
+           "over long contexts runs faster, but memory "
+           "becomes resident, and is returned, in 2 MiB steps rather than "
+           "page by page",
+           &O::kv_huge_pages),
       Bool("no-shm-handoff",
            "send KV hand-offs to a decode engine on this host over gRPC too "
            "(by default they go through shared memory, /dev/shm)",

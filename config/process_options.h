@@ -43,6 +43,7 @@ struct EngineProcessOptions {
   int64_t max_seq_len = 0;
   bool prefix_cache = false;  // on unless --no-prefix-cache
   bool shm_handoff = false;   // on unless --no-shm-handoff
+  bool kv_huge_pages = false;  // --kv-huge-pages
   std::string name;          // empty = the model file's own name
   // The tokenizer constrained decoding matches (empty = --model).
   std::string tokenizer;

@@ -527,6 +527,7 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       options.page_size, options.max_sequences, options.available_bytes,
       kv_dtype);
   if (!geometry.ok()) return geometry.status();
+  geometry->huge_pages = options.kv_huge_pages && options.device.is_cpu();
   absl::StatusOr<int64_t> capacity =
       ResolveMaxSeqLen(options.max_seq_len, weights->config.max_context,
                        geometry->total_tokens);

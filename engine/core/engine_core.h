@@ -67,6 +67,10 @@ struct EngineOptions {
   // f32 on a device (the CUDA backend stores f32 only and refuses others).
   std::optional<KvDType> kv_dtype;
   int64_t page_size = 16;          // tokens per KV page
+  // Transparent huge pages for the host KV cache (KvGeometry::huge_pages,
+  // --kv-huge-pages): faster attention over long contexts, but a released
+  // page's memory then goes back to the OS only with its whole 2 MiB page.
+  bool kv_huge_pages = false;
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
   // Automatic prefix caching (KvPool, PrefixCache): a new sequence starts

@@ -636,126 +636,169 @@ void PvBf16Any(float* o, const uint32_t* w, int64_t np, const Bf16Tile* tiles,
   }
 }
 
+// One kv head's queries [q_tile, nq) (rows from r0, `g` per row) over the
+// keys [t, t + n) (n <= 64) of one block: scores, the softmax step and P·V
+// into the segment records `seg` ([nq][rec]).
+template <int HV>
+void HeadBlockBf16(const AttentionBlock& b, const TileSource& src, int64_t r0,
+                   int64_t t, int64_t n, int64_t q_tile, int64_t nq,
+                   const uint32_t* qs, float* seg, uint16_t* stage) {
+  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t rec_n = AttnPartialFloats(hd);
+  constexpr int kNq = HV == 8 ? 2 : 4;  // queries whose PV runs together
+  const int64_t ntile = (n + kL - 1) / kL;
+  Bf16Tile tiles[4];
+  for (int64_t i = 0; i < ntile; ++i) {
+    tiles[i] = Bf16TileAt(src, t + i * kL, std::min(kL, n - i * kL),
+                          stage + i * 2 * hd * kL);
+  }
+  for (int64_t i = q_tile; i < nq; i += kNq) {
+    const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
+    const uint32_t* qp[4];
+    for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
+    V16 s[4][4];  // [tile][query]
+    for (int64_t tl = 0; tl < ntile; ++tl) {
+      if (nb == 4) {
+        ScoresBf16<4>(qp, tiles[tl], hd, s[tl]);
+      } else if (nb == 3) {
+        ScoresBf16<3>(qp, tiles[tl], hd, s[tl]);
+      } else if (nb == 2) {
+        ScoresBf16<2>(qp, tiles[tl], hd, s[tl]);
+      } else {
+        ScoresBf16<1>(qp, tiles[tl], hd, s[tl]);
+      }
+    }
+    uint32_t w[4][kBlock / 2];
+    int64_t np[4] = {0, 0, 0, 0};
+    float* o[4];
+    const uint32_t* wp[4];
+    int64_t max_pairs = 0;
+    for (int k = 0; k < nb; ++k) {
+      const int64_t qi = i + k;
+      const int64_t r = r0 + qi / g;
+      const int64_t valid = std::min(kBlock, b.start_pos + r + 1 - t);
+      V16 sq[4] = {s[0][k], s[1][k], s[2][k], s[3][k]};
+      float* rec = seg + qi * rec_n;
+      SoftmaxBlockBf16<HV>(sq, valid, hd, rec, w[k]);
+      np[k] = (valid + 1) / 2;
+      max_pairs = std::max(max_pairs, np[k]);
+      o[k] = rec + 2;
+      wp[k] = w[k];
+    }
+    if constexpr (HV > 0) {
+      if (nb == kNq) {
+        PvBf16<kNq, HV>(o, wp, np, tiles, max_pairs);
+      } else if (kNq == 4 && nb == 3) {  // a group of 3 (decode, GQA)
+        PvBf16<3, HV>(o, wp, np, tiles, max_pairs);
+      } else if (kNq == 4 && nb == 2) {
+        PvBf16<2, HV>(o, wp, np, tiles, max_pairs);
+      } else {
+        for (int k = 0; k < nb; ++k) {
+          PvBf16<1, HV>(o + k, wp + k, np + k, tiles, np[k]);
+        }
+      }
+    } else {
+      for (int k = 0; k < nb; ++k) {
+        PvBf16Any(o[k], wp[k], np[k], tiles, hd / kL);
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of the kv heads [b.kv_head, b.kv_head + b.kv_heads) with
+// (r1 - r0) * kv_heads <= kAttnTiledRows. Each key block is taken for every
+// head in turn (their keys and values lie side by side in a page: one
+// stream instead of one per head); each head's queries see exactly the
+// operations of a one-head pass.
 template <int HV>
 void AttendRowsBf16(const AttentionBlock& b, int64_t r0, int64_t r1,
                     int64_t seg_begin, int64_t seg_end, float* partials,
                     int64_t partial_stride, float* scratch) {
-  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t hd = b.head_dim, g = b.group, nh = b.kv_heads;
   const int64_t rec_n = AttnPartialFloats(hd);
-  const int64_t nq = (r1 - r0) * g;
-  auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nq][hd / 2] pairs
-  float* run = scratch + nq * hd;                   // [nq][rec]
-  float* seg = run + nq * rec_n;                    // [nq][rec]
-  auto* stage = reinterpret_cast<uint16_t*>(seg + nq * rec_n);  // 4 tiles
+  const int64_t nq = (r1 - r0) * g;  // per head
+  const int64_t nqa = nq * nh;
+  auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nqa][hd / 2] pairs
+  float* run = scratch + nqa * hd;                  // [nqa][rec]
+  float* seg = run + nqa * rec_n;                   // [nqa][rec]
+  auto* stage = reinterpret_cast<uint16_t*>(seg + nqa * rec_n);  // 4 tiles
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t h = 0; h < g; ++h) {
-      const float* q = b.q + r * b.q_stride + (b.kv_head * g + h) * hd;
-      uint32_t* dst = qs + ((r - r0) * g + h) * hd;
-      for (int64_t p = 0; p < hd / 2; ++p) {
-        dst[p] = (RoundBf16Bits(q[2 * p + 1] * scale) << 16) |
-                 RoundBf16Bits(q[2 * p] * scale);
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t h = 0; h < g; ++h) {
+        const float* q =
+            b.q + r * b.q_stride + ((b.kv_head + hh) * g + h) * hd;
+        uint32_t* dst = qs + (hh * nq + (r - r0) * g + h) * hd;
+        for (int64_t p = 0; p < hd / 2; ++p) {
+          dst[p] = (RoundBf16Bits(q[2 * p + 1] * scale) << 16) |
+                   RoundBf16Bits(q[2 * p] * scale);
+        }
       }
     }
   }
   const bool full = partials == nullptr;
   if (full) {
-    for (int64_t i = 0; i < nq; ++i) InitRecord(run + i * rec_n, hd);
+    for (int64_t i = 0; i < nqa; ++i) InitRecord(run + i * rec_n, hd);
   }
   const int64_t max_keys = b.start_pos + r1;
   const int64_t last_seg = full ? AttnSegments(max_keys)
                                 : std::min(seg_end, AttnSegments(max_keys));
-  const TileSource src{b.kv, b.layer, b.page_table.data(), b.kv_head, hd};
-  constexpr int kNq = HV == 8 ? 2 : 4;  // queries whose PV runs together
+  // A head's records in `partials`: the block's rows times its group.
+  const int64_t head_partials =
+      (b.row_end - b.row_begin) * g * partial_stride * rec_n;
+  auto source = [&](int64_t hh) {
+    return TileSource{b.kv, b.layer, b.page_table.data(), b.kv_head + hh,
+                      hd};
+  };
   for (int64_t sg = full ? 0 : seg_begin; sg < last_seg; ++sg) {
     const int64_t k0 = sg * kAttnSegmentKeys;
     const int64_t k1 = std::min(k0 + kAttnSegmentKeys, max_keys);
     const int64_t first_row = std::max(r0, k0 - b.start_pos);
     const int64_t q_first = (first_row - r0) * g;
-    for (int64_t i = q_first; i < nq; ++i) InitRecord(seg + i * rec_n, hd);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t i = q_first; i < nq; ++i) {
+        InitRecord(seg + (hh * nq + i) * rec_n, hd);
+      }
+    }
     for (int64_t t = k0; t < k1; t += kBlock) {
       const int64_t n = std::min(kBlock, k1 - t);
-      const int64_t ntile = (n + kL - 1) / kL;
       // Two blocks ahead, into the outer caches (prefetcht2): measured
       // best for decode at 4K (L1 prefetches one block ahead were no
       // faster than none).
       if (t + kPrefetchKeys < k1) {
-        PrefetchBf16Block(src, t + kPrefetchKeys,
-                          std::min(kBlock, k1 - t - kPrefetchKeys));
-      }
-      Bf16Tile tiles[4];
-      for (int64_t i = 0; i < ntile; ++i) {
-        tiles[i] = Bf16TileAt(src, t + i * kL, std::min(kL, n - i * kL),
-                              stage + i * 2 * hd * kL);
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          PrefetchBf16Block(source(hh), t + kPrefetchKeys,
+                            std::min(kBlock, k1 - t - kPrefetchKeys));
+        }
       }
       const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
-      for (int64_t i = q_tile; i < nq; i += kNq) {
-        const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
-        const uint32_t* qp[4];
-        for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
-        V16 s[4][4];  // [tile][query]
-        for (int64_t tl = 0; tl < ntile; ++tl) {
-          if (nb == 4) {
-            ScoresBf16<4>(qp, tiles[tl], hd, s[tl]);
-          } else if (nb == 3) {
-            ScoresBf16<3>(qp, tiles[tl], hd, s[tl]);
-          } else if (nb == 2) {
-            ScoresBf16<2>(qp, tiles[tl], hd, s[tl]);
-          } else {
-            ScoresBf16<1>(qp, tiles[tl], hd, s[tl]);
-          }
-        }
-        uint32_t w[4][kBlock / 2];
-        int64_t np[4] = {0, 0, 0, 0};
-        float* o[4];
-        const uint32_t* wp[4];
-        int64_t max_pairs = 0;
-        for (int k = 0; k < nb; ++k) {
-          const int64_t qi = i + k;
-          const int64_t r = r0 + qi / g;
-          const int64_t valid = std::min(kBlock, b.start_pos + r + 1 - t);
-          V16 sq[4] = {s[0][k], s[1][k], s[2][k], s[3][k]};
-          float* rec = seg + qi * rec_n;
-          SoftmaxBlockBf16<HV>(sq, valid, hd, rec, w[k]);
-          np[k] = (valid + 1) / 2;
-          max_pairs = std::max(max_pairs, np[k]);
-          o[k] = rec + 2;
-          wp[k] = w[k];
-        }
-        if constexpr (HV > 0) {
-          if (nb == kNq) {
-            PvBf16<kNq, HV>(o, wp, np, tiles, max_pairs);
-          } else if (kNq == 4 && nb == 3) {  // a group of 3 (decode, GQA)
-            PvBf16<3, HV>(o, wp, np, tiles, max_pairs);
-          } else if (kNq == 4 && nb == 2) {
-            PvBf16<2, HV>(o, wp, np, tiles, max_pairs);
-          } else {
-            for (int k = 0; k < nb; ++k) {
-              PvBf16<1, HV>(o + k, wp + k, np + k, tiles, np[k]);
-            }
-          }
-        } else {
-          for (int k = 0; k < nb; ++k) {
-            PvBf16Any(o[k], wp[k], np[k], tiles, hd / kL);
-          }
-        }
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        HeadBlockBf16<HV>(b, source(hh), r0, t, n, q_tile, nq,
+                          qs + hh * nq * hd, seg + hh * nq * rec_n, stage);
       }
     }
-    for (int64_t i = q_first; i < nq; ++i) {
-      if (full) {
-        MergeRecord(run + i * rec_n, seg + i * rec_n, hd);
-      } else {
-        std::memcpy(partials + (i + (r0 - b.row_begin) * g) * partial_stride *
-                                   rec_n + sg * rec_n,
-                    seg + i * rec_n, rec_n * sizeof(float));
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t i = q_first; i < nq; ++i) {
+        const float* rec = seg + (hh * nq + i) * rec_n;
+        if (full) {
+          MergeRecord(run + (hh * nq + i) * rec_n, rec, hd);
+        } else {
+          std::memcpy(partials + hh * head_partials +
+                          (i + (r0 - b.row_begin) * g) * partial_stride *
+                              rec_n +
+                          sg * rec_n,
+                      rec, rec_n * sizeof(float));
+        }
       }
     }
   }
   if (full) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t h = 0; h < g; ++h) {
-        FinishRecord(run + ((r - r0) * g + h) * rec_n, hd,
-                     b.out + r * b.q_stride + (b.kv_head * g + h) * hd);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t h = 0; h < g; ++h) {
+          FinishRecord(run + (hh * nq + (r - r0) * g + h) * rec_n, hd,
+                       b.out + r * b.q_stride + ((b.kv_head + hh) * g + h) * hd);
+        }
       }
     }
   }
@@ -765,8 +808,9 @@ template <int HV>
 void AttendAllRowsBf16(const AttentionBlock& b, int64_t seg_begin,
                        int64_t seg_end, float* partials,
                        int64_t partial_stride, float* scratch) {
-  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += kAttnTiledRows) {
-    const int64_t r1 = std::min(b.row_end, r0 + kAttnTiledRows);
+  const int64_t step = std::max<int64_t>(1, kAttnTiledRows / b.kv_heads);
+  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += step) {
+    const int64_t r1 = std::min(b.row_end, r0 + step);
     AttendRowsBf16<HV>(b, r0, r1, seg_begin, seg_end, partials,
                        partial_stride, scratch);
   }

@@ -144,6 +144,7 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   options.max_step_tokens = flags.max_step_tokens;
   options.max_seq_len = flags.max_seq_len;
   options.prefix_cache = flags.prefix_cache;
+  options.kv_huge_pages = flags.kv_huge_pages;
   const int64_t threads = flags.threads > 0
                               ? flags.threads
                               : std::max<int64_t>(
