@@ -1,3 +1,4 @@
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "kernels/cuda/plugin/plugin_kernels.h"
