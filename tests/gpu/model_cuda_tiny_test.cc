@@ -50,9 +50,8 @@ float WorstRelative(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
-// Qwen3 tiny model (head_dim 64): 12 sequences prefilled alone, then decoded
-// together for 5 steps; every step's logits equal the CPU's.
-void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
+// A tiny Qwen3 (q/k norm): 2 layers, 4 heads / 2 KV heads of 64, vocab 96.
+TinyShape Qwen3Tiny() {
   TinyShape shape;
   shape.arch = Architecture::kQwen3;
   shape.vocab = 96;
@@ -62,7 +61,13 @@ void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.head_dim = 64;
-  auto m = MakeTinyModel(shape);
+  return shape;
+}
+
+// Qwen3 tiny model (head_dim 64): 12 sequences prefilled alone, then decoded
+// together for 5 steps; every step's logits equal the CPU's.
+void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
+  auto m = MakeTinyModel(Qwen3Tiny());
   const ModelWeights& w = m->weights;
   constexpr int64_t kPages = 64, kMaxTokens = 64, kPagesPerSeq = 4;
   constexpr int kSeqs = 12, kSteps = 5;
@@ -243,16 +248,7 @@ TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
 // step, so every comparison has the prompt's bound.
 TEST(CudaTinyModelTest, Bf16KvFlashPrefillThenDecodeTrackCpu) {
   SKIP_WITHOUT_DEVICE();
-  TinyShape shape;
-  shape.arch = Architecture::kQwen3;
-  shape.vocab = 96;
-  shape.hidden = 64;
-  shape.inter = 96;
-  shape.layers = 2;
-  shape.heads = 4;
-  shape.kv_heads = 2;
-  shape.head_dim = 64;
-  auto m = MakeTinyModel(shape);
+  auto m = MakeTinyModel(Qwen3Tiny());
   const ModelWeights& w = m->weights;
   constexpr int64_t kPages = 64, kMaxTokens = 160, kLong = 150;
   CpuRef cpu(w, kPages, kMaxTokens, KvDType::kBF16);
@@ -351,7 +347,9 @@ TEST(CudaTinyModelTest, StepTimingsCoverEveryStep) {
       EXPECT_GE((*t)[i].busy_ms, 0.0) << i;
       EXPECT_GE((*t)[i].gap_ms, 0.0) << i;
     }
-    if (timing) EXPECT_EQ((*t)[0].gap_ms, 0.0);
+    if (timing) {
+      EXPECT_EQ((*t)[0].gap_ms, 0.0);
+    }
     auto again = runner->TakeStepTimings();
     ASSERT_TRUE(again.ok());
     EXPECT_TRUE(again->empty());
