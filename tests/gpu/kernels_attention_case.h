@@ -25,6 +25,14 @@
 
 namespace pdserve::cuda::testing {
 
+// Device-looking pointers and a one-row batch for host-side precondition
+// tests: never dereferenced (the launchers refuse before any launch).
+inline float* FakeFloats() { return reinterpret_cast<float*>(uintptr_t{256}); }
+inline AttentionBatch FakeBatch() {
+  int32_t* i = reinterpret_cast<int32_t*>(uintptr_t{256});
+  return AttentionBatch{1, i, i, i, i, 1, 1, 1};
+}
+
 inline constexpr int64_t kLayers = 2;
 inline constexpr int64_t kLayer = 1;  // exercises the layer offset
 inline constexpr int64_t kPageSize = 16;

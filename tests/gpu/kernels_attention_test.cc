@@ -15,6 +15,7 @@
 #include <numeric>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/kernels_attention_case.h"
@@ -141,16 +142,13 @@ TEST(CudaAttentionTest, StoreKvSkipsRowsWithoutAPage) {
 }
 
 TEST(CudaAttentionTest, RejectsUnsupportedHeadDim) {
-  float* fake = reinterpret_cast<float*>(uintptr_t{256});
-  int32_t* ifake = reinterpret_cast<int32_t*>(uintptr_t{256});
+  float* fake = testing::FakeFloats();
   DeviceKvCache kv{fake, 1, 2 * 96, 16, 4, 2 * 16 * 2 * 96};
-  AttentionBatch b{1, ifake, ifake, ifake, ifake, 1, 1, 1};
+  const AttentionBatch b = testing::FakeBatch();
   AttentionShape s{8, 2, 96, 0.0f};
   EXPECT_EQ(PrefillAttention(kv, 0, b, s, fake, 768, fake, 768, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_NE(std::string(LastErrorDetail()).find("head_dim 96"),
-            std::string::npos)
-      << LastErrorDetail();
+  EXPECT_THAT(LastErrorDetail(), ::testing::HasSubstr("head_dim 96"));
   EXPECT_EQ(
       DecodeAttention(kv, 0, b, s, fake, 768, fake, 768, nullptr, 0, nullptr),
       cudaErrorInvalidValue);

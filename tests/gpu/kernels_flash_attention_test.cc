@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/dtype.h"
@@ -129,16 +130,13 @@ TEST(CudaFlashAttentionTest, LongContextChunkMatchesCpu) {
 }
 
 TEST(CudaFlashAttentionTest, RejectsUnsupportedShapes) {
-  float* fake = reinterpret_cast<float*>(uintptr_t{256});
-  int32_t* ifake = reinterpret_cast<int32_t*>(uintptr_t{256});
+  float* fake = testing::FakeFloats();
   DeviceKvCache kv{fake, 1, 2 * 320, 16, 4, 2 * 16 * 2 * 320};
-  AttentionBatch b{1, ifake, ifake, ifake, ifake, 1, 1, 1};
+  const AttentionBatch b = testing::FakeBatch();
   AttentionShape s{8, 2, 320, 0.0f};
   EXPECT_EQ(FlashPrefillAttention(kv, 0, b, s, fake, 2560, fake, 2560, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_NE(std::string(LastErrorDetail()).find("head_dim 320"),
-            std::string::npos)
-      << LastErrorDetail();
+  EXPECT_THAT(LastErrorDetail(), ::testing::HasSubstr("head_dim 320"));
   // A bf16 cache whose page stride is not a multiple of 8 elements.
   DeviceKvCache kv16{fake,         1, 2 * 64, 16, 4, 2 * 16 * 2 * 64 + 4,
                      KvType::kBF16};
