@@ -78,8 +78,8 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
           &O::kv_memory),
       Int("page-size", "16", "tokens per KV page", &O::page_size, 1),
       Str("kv-dtype", "",
-          "KV cache storage: f32, f16, bf16 or q8_0 (default: bf16 on the "
-          "CPU, f32 on a device, the only one it takes)",
+          "KV cache storage: f32, f16, bf16 or q8_0 (default bf16; a device "
+          "takes bf16 or f32)",
           &O::kv_dtype),
       Int("max-sequences", "256", "sequences live at once", &O::max_sequences,
           1),

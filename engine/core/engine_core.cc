@@ -514,13 +514,13 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       };
     }
   }
-  const KvDType kv_dtype = options.kv_dtype.value_or(
-      options.device.is_cpu() ? KvDType::kBF16 : KvDType::kF32);
-  if (!options.device.is_cpu() && kv_dtype != KvDType::kF32) {
+  const KvDType kv_dtype = options.kv_dtype.value_or(KvDType::kBF16);
+  if (!options.device.is_cpu() && kv_dtype != KvDType::kF32 &&
+      kv_dtype != KvDType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-dtype ", KvDTypeName(kv_dtype), " is not supported on ",
-        options.device.ToString(), ": the device KV cache is f32 only (use ",
-        "--kv-dtype f32 or leave it unset)"));
+        options.device.ToString(), ": the device KV cache is bf16 (the ",
+        "default) or f32"));
   }
   absl::StatusOr<KvGeometry> geometry = ComputeKvGeometry(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
