@@ -10,7 +10,7 @@ Prerequisites (cached under $PDSERVE_CACHE, default ~/.cache/pdserve; none of
 them is rebuilt here):
   bench/peers/build_peers.sh        the peers' llama-bench / llama-batched-bench
   python3 bench/make_models.py      the GGUF files (same bytes for every engine)
-  /work/dev-build.sh generate_bench engine_decode_bench peak_bench pdserve
+  cmake --build build --target generate_bench engine_decode_bench peak_bench pdserve
 
 What runs, per round (rounds alternate the engines: pdserve, llama.cpp,
 ik_llama.cpp, next cell, ...; every figure is the best over rounds and

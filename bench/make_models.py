@@ -243,7 +243,7 @@ def main():
         print("\n".join(files))
         return 0
     if not os.access(args.pdserve, os.X_OK):
-        sys.exit(f"{args.pdserve} not found: build it (/work/dev-build.sh pdserve)")
+        sys.exit(f"{args.pdserve} not found: build it (cmake --build build --target pdserve)")
     for m in models:
         make(args.pdserve, m, types)
     if args.check:
