@@ -505,6 +505,8 @@ void SchedulerShell::RecordIteration(const StepPlan& plan, int64_t finished) {
   st.finished = finished;
   st.planned_prefill_tokens = plan.prefill_tokens;
   st.planned_decode_tokens = plan.decode_tokens;
+  st.kv_total_pages = policy_->total_pages();
+  st.kv_free_pages = policy_->free_pages();
   // token_budget stays 0 ("not reported"): an adapted budget may be lowered
   // below a plan that was cut before the change.
   (void)options_.metrics->RecordIteration(st);

@@ -253,8 +253,9 @@ inline constexpr MetricSpec kVllmRunning = {
     "pdserve_scheduler_requests_running)."};
 inline constexpr MetricSpec kVllmKvUsage = {
     "vllm:kv_cache_usage_perc", MetricType::kGauge,
-    "vLLM-compatible: KV cache usage as a fraction 0..1 (same as "
-    "pdserve_engine_kv_usage_ratio)."};
+    "vLLM-compatible: KV cache usage as a fraction 0..1 (the engine's "
+    "pdserve_engine_kv_usage_ratio; a scheduler's: its KV ledger's pages "
+    "in use, cached prefix pages counted free)."};
 
 // Every spec above, for tests and documentation.
 inline constexpr const MetricSpec* kAllMetrics[] = {&kBuildInfo,

@@ -33,6 +33,7 @@ void SchedulerMetrics::Register(const SchedulerMetricsOptions& options) {
     const prometheus::Labels labels = {{"model_name", options.model_name}};
     vllm_waiting_ = &GaugeFamily(r, kVllmWaiting).Add(labels);
     vllm_running_ = &GaugeFamily(r, kVllmRunning).Add(labels);
+    vllm_kv_usage_ = &GaugeFamily(r, kVllmKvUsage).Add(labels);
   }
   admissions_ = &CounterFamily(r, kAdmissions).Add({});
   cancellations_ = &CounterFamily(r, kCancellations).Add({});
@@ -77,6 +78,11 @@ void SchedulerMetrics::SetQueue(int64_t waiting, int64_t running) {
 absl::Status SchedulerMetrics::RecordIteration(const SchedulerStats& stats) {
   if (absl::Status s = ValidateSchedulerStats(stats); !s.ok()) return s;
   SetQueue(stats.waiting_requests, stats.running_requests);
+  if (vllm_kv_usage_ != nullptr && stats.kv_total_pages > 0) {
+    vllm_kv_usage_->Set(
+        static_cast<double>(stats.kv_total_pages - stats.kv_free_pages) /
+        static_cast<double>(stats.kv_total_pages));
+  }
   internal::AddPositive(*admissions_, static_cast<double>(stats.admitted));
   internal::AddPositive(*cancellations_, static_cast<double>(stats.cancelled));
   internal::AddPositive(*preemptions_, static_cast<double>(stats.preempted));

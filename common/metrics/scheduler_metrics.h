@@ -67,6 +67,7 @@ class SchedulerMetrics {
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* vllm_waiting_ = nullptr;  // null unless vllm_compat
   prometheus::Gauge* vllm_running_ = nullptr;  // null unless vllm_compat
+  prometheus::Gauge* vllm_kv_usage_ = nullptr;  // null unless vllm_compat
   prometheus::Counter* admissions_ = nullptr;
   prometheus::Counter* cancellations_ = nullptr;
   prometheus::Counter* preemptions_ = nullptr;

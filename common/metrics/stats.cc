@@ -171,7 +171,9 @@ absl::Status ValidateSchedulerStats(const SchedulerStats& stats) {
         {"finished", stats.finished},
         {"planned_prefill_tokens", stats.planned_prefill_tokens},
         {"planned_decode_tokens", stats.planned_decode_tokens},
-        {"token_budget", stats.token_budget}}) {
+        {"token_budget", stats.token_budget},
+        {"kv_total_pages", stats.kv_total_pages},
+        {"kv_free_pages", stats.kv_free_pages}}) {
     if (absl::Status s = CheckNonNegative(name, value); !s.ok()) return s;
   }
   const int64_t planned =
@@ -181,6 +183,11 @@ absl::Status ValidateSchedulerStats(const SchedulerStats& stats) {
         "plan holds ", planned, " tokens (", stats.planned_prefill_tokens,
         " prefill + ", stats.planned_decode_tokens,
         " decode), over the token budget ", stats.token_budget));
+  }
+  if (stats.kv_free_pages > stats.kv_total_pages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_free_pages ", stats.kv_free_pages,
+                     " exceeds kv_total_pages ", stats.kv_total_pages));
   }
   return absl::OkStatus();
 }

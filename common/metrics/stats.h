@@ -104,10 +104,15 @@ struct SchedulerStats {
   int64_t planned_prefill_tokens = 0;
   int64_t planned_decode_tokens = 0;
   int64_t token_budget = 0;  // per-step token budget the plan was cut to
+  // The KV ledger's pages after the plan (free counts cached prefix pages, as
+  // vLLM counts its evictable blocks); kv_total_pages 0 = not reported.
+  int64_t kv_total_pages = 0;
+  int64_t kv_free_pages = 0;
 };
 
-// OK when every figure is >= 0 and the planned tokens fit the budget (a zero
-// budget means "not reported"); otherwise INVALID_ARGUMENT with the numbers.
+// OK when every figure is >= 0, the planned tokens fit the budget (a zero
+// budget means "not reported") and the free KV pages do not exceed the total;
+// otherwise INVALID_ARGUMENT with the numbers.
 absl::Status ValidateSchedulerStats(const SchedulerStats& stats);
 
 // Why the scheduler refused a request at submission.

@@ -15,7 +15,8 @@ NAMES_H = ROOT / "common" / "metrics" / "metric_names.h"
 OVERLAYS = {"cpu": DEPLOY / "kubernetes" / "overlays" / "cpu",
             "gpu": DEPLOY / "kubernetes" / "overlays" / "gpu",
             "cells": DEPLOY / "kubernetes" / "overlays" / "cells",
-            "pd": DEPLOY / "kubernetes" / "overlays" / "pd"}
+            "pd": DEPLOY / "kubernetes" / "overlays" / "pd",
+            "gateway": DEPLOY / "kubernetes" / "overlays" / "gateway"}
 # The workloads each overlay must render (kind, name).
 WORKLOADS = {
     "cpu": [("Deployment", n) for n in
@@ -27,6 +28,7 @@ WORKLOADS = {
            ("StatefulSet", "pdserve-prefill-cell")],
 }
 WORKLOADS["gpu"] = WORKLOADS["cpu"]
+WORKLOADS["gateway"] = WORKLOADS["cells"] + [("Deployment", "pdserve-epp")]
 SKIP = 77
 # Series Prometheus makes itself, not exported by any process.
 SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}

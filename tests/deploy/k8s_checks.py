@@ -11,6 +11,7 @@ import yaml
 
 from common import (ADAPTER, OVERLAYS, ROOT, WORKLOADS, Failure,
                     load_yaml_docs, run, skip, tool)
+from gateway_checks import check_gateway, gateway_mutations, is_pdserve
 
 
 # ----------------------------------------------------------- kustomize ---
@@ -181,7 +182,8 @@ def check_workloads(docs, overlay):
             raise Failure(f"{overlay}: {name} selector {sel} does not match "
                           f"its pod labels {labels}")
         spec = pod_spec(d)
-        for c in spec["containers"]:
+        # (Other projects' containers, the gateway's picker: check_gateway.)
+        for c in filter(is_pdserve, spec["containers"]):
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 g = c.get(probe, {}).get("grpc")
@@ -324,7 +326,9 @@ def check_wiring(deployments, by_kind, overlay):
     scraped = [n for n, d in deployments.items()
                if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v
                       for k, v in pm["selector"]["matchLabels"].items())]
-    if sorted(scraped) != sorted(deployments):
+    ours = [n for n, d in deployments.items()
+            if any(map(is_pdserve, containers(d)))]
+    if sorted(scraped) != sorted(ours):
         raise Failure(f"{overlay}: PodMonitor scrapes {scraped}")
     # Every metrics port of every scraped pod is one of the endpoints.
     endpoints = {ep["port"] for ep in pm["podMetricsEndpoints"]}
@@ -368,6 +372,8 @@ def check_wiring(deployments, by_kind, overlay):
                     b["spec"]["selector"]["matchLabels"].items())
                 for b in budgets):
             raise Failure(f"{overlay}: {n} has no PodDisruptionBudget")
+    if "InferencePool" in by_kind:
+        check_gateway(deployments, by_kind)
 
 
 def check_kustomize():
@@ -423,7 +429,35 @@ def check_schema():
         finally:
             os.unlink(f.name)
         out.append(f"{overlay}: {len(docs)} objects valid (1.29, 1.33)")
+    out.append(check_gateway_schemas(py))
     return "; ".join(out)
+
+
+def check_gateway_schemas(py):
+    """The gateway overlay's InferencePool and HTTPRoute against the v1
+    schemas in gateway_checks (kubernetes-validate has no schema for them),
+    with the validator's jsonschema."""
+    docs, _ = render("gateway")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump_all(docs, f)
+    script = (
+        "import sys, yaml, jsonschema\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "from gateway_checks import schema_errors\n"
+        "docs = list(yaml.safe_load_all(open(sys.argv[1])))\n"
+        "errors = schema_errors(docs, jsonschema.Draft202012Validator)\n"
+        "print('\\n'.join(errors))\n"
+        "sys.exit(1 if errors else 0)\n")
+    try:
+        r = run([str(py), "-c", script, f.name])
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        raise Failure(f"gateway schemas:\n{r.stdout}{r.stderr}")
+    kinds = sorted({d["kind"] for d in docs
+                    if d["kind"] in ("InferencePool", "HTTPRoute")})
+    return f"gateway: {', '.join(kinds)} valid (v1 reference schemas)"
+
 
 
 def refused(base, mutate, overlay, what):
@@ -539,7 +573,13 @@ def check_cells_mutations():
     for what, mutate in mutations.items():
         if not refused(base, mutate, "cells", what):
             raise Failure(f"cells mutation not caught: {what}")
-    return len(mutations) + check_pd_mutations(find, set_arg, frontend)
+    gateway = kustomize_builtin(OVERLAYS["gateway"])
+    broken = gateway_mutations(find, cell)
+    for what, mutate in broken.items():
+        if not refused(gateway, mutate, "gateway", what):
+            raise Failure(f"gateway mutation not caught: {what}")
+    return (len(mutations) + len(broken) +
+            check_pd_mutations(find, set_arg, frontend))
 
 
 def check_pd_mutations(find, set_arg, frontend):

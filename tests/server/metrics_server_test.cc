@@ -324,7 +324,15 @@ TEST_F(MetricsServerTest, SchedulerQueueAndEvents) {
   s.planned_prefill_tokens = 480;
   s.planned_decode_tokens = 7;
   s.token_budget = 512;
+  s.kv_total_pages = 200;
+  s.kv_free_pages = 150;
   ASSERT_TRUE((*sched)->RecordIteration(s).ok());
+  s.kv_free_pages = 201;  // refused naming both numbers, nothing recorded
+  const absl::Status over = (*sched)->RecordIteration(s);
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.message(), HasSubstr("kv_free_pages 201 exceeds "
+                                        "kv_total_pages 200"));
+  s.kv_free_pages = 50;
   s.admitted = 1;
   s.waiting_requests = 4;
   ASSERT_TRUE((*sched)->RecordIteration(s).ok());
@@ -336,6 +344,8 @@ TEST_F(MetricsServerTest, SchedulerQueueAndEvents) {
   EXPECT_EQ(m.at("pdserve_scheduler_requests_running"), 7);
   EXPECT_EQ(m.at("vllm:num_requests_waiting{model_name=\"smollm2\"}"), 4);
   EXPECT_EQ(m.at("vllm:num_requests_running{model_name=\"smollm2\"}"), 7);
+  // The ledger's share of pages in use: (200 - 50) / 200.
+  EXPECT_EQ(m.at("vllm:kv_cache_usage_perc{model_name=\"smollm2\"}"), 0.75);
   EXPECT_EQ(m.at("pdserve_scheduler_admissions_total"), 4);
   EXPECT_EQ(m.at("pdserve_scheduler_cancellations_total"), 4);
   EXPECT_EQ(m.at("pdserve_scheduler_preemptions_total"), 2);
