@@ -1,0 +1,5 @@
+# Images in (issue 19): decoding and preprocessing (engine/image), against
+# fixtures from tests/tools/make_vision_fixtures.py (transformers' processor).
+pdserve_add_test(NAME vision_image_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/vision_image_test.cc
+  LIBS pdserve_image nlohmann_json::nlohmann_json)
