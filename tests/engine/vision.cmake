@@ -3,3 +3,7 @@
 pdserve_add_test(NAME vision_image_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/vision_image_test.cc
   LIBS pdserve_image nlohmann_json::nlohmann_json)
+pdserve_add_test(NAME vision_encoder_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/vision_encoder_test.cc
+  LIBS pdserve_model pdserve_loader pdserve_image
+       nlohmann_json::nlohmann_json)
