@@ -175,6 +175,16 @@ absl::StatusOr<VisionConfig> VisionConfigFromMmproj(const GgufFile& f) {
         f.path(), ": clip.projector_type \"", proj,
         "\" is not supported (qwen3vl_merger: Qwen3-VL / Qwen3.5)"));
   }
+  if (const GgufValue* ds = f.Find("clip.vision.is_deepstack_layers");
+      ds != nullptr) {
+    for (int64_t on : ds->ints) {
+      if (on != 0) {
+        return absl::UnimplementedError(absl::StrCat(
+            f.path(), ": deepstack vision layers (Qwen3-VL) are not "
+            "supported; Qwen3.5's tower has none"));
+      }
+    }
+  }
   VisionConfig v;
   auto get = [&](const char* key, int64_t* out) {
     absl::StatusOr<int64_t> x = f.GetInt(absl::StrCat("clip.vision.", key));

@@ -8,6 +8,7 @@
 #include "engine/image/image_decode.h"
 #include "engine/image/image_preprocess.h"
 #include "engine/loader/model_loader.h"
+#include "engine/loader/vision_loader.h"
 #include "engine/model/vision_encoder.h"
 #include "gtest/gtest.h"
 #include "kernels/thread_pool.h"
@@ -63,17 +64,17 @@ TEST(VisionConfigTest, ReadsTheVisionConfigAndPreprocessor) {
   EXPECT_EQ(w->vision.merger_fc1.rows, 128);
 }
 
-TEST(VisionEncoderTest, MatchesTransformersPerImage) {
-  std::unique_ptr<ModelWeights> w = LoadTinyVl();
-  ASSERT_NE(w, nullptr);
+// Every image of encoder.json through `w`'s tower: within 1e-4 of
+// transformers' pooler_output.
+void ExpectEncoderGoldens(const ModelWeights& w, const std::string& tag) {
   ThreadPool pool(2);
   absl::StatusOr<std::unique_ptr<VisionEncoder>> enc =
-      VisionEncoder::Create(*w, pool);
+      VisionEncoder::Create(w, pool);
   ASSERT_TRUE(enc.ok()) << enc.status();
   const nlohmann::json meta = ReadJson(kTinyVlDir + "/encoder.json");
   const std::vector<float> golden =
       ReadF32(kTinyVlDir + "/" + meta["file"].get<std::string>());
-  ImagePreprocessConfig pre = w->config.vision.preprocess;
+  ImagePreprocessConfig pre = w.config.vision.preprocess;
   pre.min_pixels = meta["min_pixels"];
   pre.max_pixels = meta["max_pixels"];
   for (const auto& img : meta["images"]) {
@@ -92,8 +93,53 @@ TEST(VisionEncoderTest, MatchesTransformersPerImage) {
       worst = std::max(worst, static_cast<double>(std::fabs(out[i] - want[i])));
     }
     EXPECT_LE(worst, 1e-4);
-    RecordProperty(name + "_max_abs_error", std::to_string(worst));
+    testing::Test::RecordProperty(tag + name + "_max_abs_error",
+                                  std::to_string(worst));
   }
+}
+
+TEST(VisionEncoderTest, MatchesTransformersPerImage) {
+  std::unique_ptr<ModelWeights> w = LoadTinyVl();
+  ASSERT_NE(w, nullptr);
+  ExpectEncoderGoldens(*w, "hf_");
+}
+
+// The same tower converted by llama.cpp's own converter (--mmproj), attached
+// to a text GGUF of the same width: llama.cpp's names and shapes, the same
+// outputs.
+TEST(VisionEncoderTest, MmprojFromLlamaCppGivesTheSameOutputs) {
+  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(
+      std::string(PDSERVE_TESTDATA_DIR) + "/hybrid/tiny_qwen35.gguf");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->config.vision.present());
+  absl::Status s =
+      AttachMmproj(kVisionDir + "/tiny_qwen35_vl.mmproj.gguf", nullptr, **w);
+  ASSERT_TRUE(s.ok()) << s;
+  const VisionConfig& v = (*w)->config.vision;
+  EXPECT_EQ(v.depth, 2);
+  EXPECT_EQ(v.hidden_size, 32);
+  EXPECT_EQ(v.num_heads, 2);
+  EXPECT_EQ(v.intermediate_size, 48);
+  EXPECT_EQ(v.out_hidden_size, 32);
+  EXPECT_EQ(v.num_position_embeddings, 16);
+  EXPECT_EQ(v.preprocess.temporal_patch_size, 2);
+  EXPECT_EQ(v.preprocess.merge_size, 2);
+  EXPECT_NEAR(v.layer_norm_eps, 1e-6, 1e-9);
+  ExpectEncoderGoldens(**w, "mmproj_");
+}
+
+TEST(VisionEncoderTest, MmprojMustMatchTheModelWidth) {
+  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(
+      std::string(PDSERVE_TESTDATA_DIR) + "/hybrid/tiny_qwen3_next.gguf");
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->config.hidden_size = 48;  // as if another model
+  absl::Status s =
+      AttachMmproj(kVisionDir + "/tiny_qwen35_vl.mmproj.gguf", nullptr, **w);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("projects to 32 features but model"),
+            std::string::npos)
+      << s;
+  EXPECT_FALSE(AttachMmproj(kVisionDir + "/missing.gguf", nullptr, **w).ok());
 }
 
 TEST(VisionEncoderTest, RefusesMismatchedInput) {
