@@ -59,15 +59,24 @@ absl::StatusOr<nlohmann::json> ReadPreprocessorConfig(const std::string& dir) {
   }
 }
 
+// How a checkpoint's vision_config is taken.
+enum class VisionMode {
+  kStrict,   // its tensors are there: errors are errors
+  kLenient,  // config only (ReadModelConfig): an error means no tower
+  kSkip,     // no vision tensors: the language model alone
+};
+
 // The text config plus, for a vision-language checkpoint, its vision tower.
 absl::StatusOr<ModelConfig> HfConfig(const nlohmann::json& j,
-                                     const std::string& dir) {
+                                     const std::string& dir, VisionMode mode) {
   const std::string source = dir + "/config.json";
   absl::StatusOr<ModelConfig> c = ConfigFromHfJson(j, source, Basename(dir));
-  if (!c.ok()) return c.status();
+  if (!c.ok() || mode == VisionMode::kSkip) return c;
   absl::StatusOr<nlohmann::json> pre = ReadPreprocessorConfig(dir);
-  if (!pre.ok()) return pre.status();
-  absl::StatusOr<VisionConfig> v = VisionConfigFromHfJson(j, *pre, source);
+  absl::StatusOr<VisionConfig> v =
+      pre.ok() ? VisionConfigFromHfJson(j, *pre, source)
+               : absl::StatusOr<VisionConfig>(pre.status());
+  if (!v.ok() && mode == VisionMode::kLenient) return c;
   if (!v.ok()) return v.status();
   if (v->present() && v->out_hidden_size != c->hidden_size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -85,7 +94,13 @@ absl::StatusOr<ModelConfig> SafetensorsConfig(const SafetensorsModel& m) {
   }
   // transformers ties the head when asked to, and falls back to a random
   // one when lm_head is absent: we refuse the latter (see weight builder).
-  return HfConfig(m.config(), m.dir());
+  // A vision_config without vision tensors (a checkpoint stripped to its
+  // language model) loads the language model alone.
+  const bool tower =
+      m.FindTensor("model.visual.patch_embed.proj.weight") != nullptr ||
+      m.FindTensor("visual.patch_embed.proj.weight") != nullptr;
+  return HfConfig(m.config(), m.dir(),
+                  tower ? VisionMode::kStrict : VisionMode::kSkip);
 }
 
 // The vision tower of a safetensors checkpoint (model.visual.* as
@@ -224,7 +239,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
         return absl::InvalidArgumentError(
             absl::StrCat(config_path, ": bad JSON: ", e.what()));
       }
-      return HfConfig(j, dir);
+      return HfConfig(j, dir, VisionMode::kLenient);
     }
     case ModelFormat::kLlama2c: {
       char head[28];

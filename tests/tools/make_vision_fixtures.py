@@ -31,6 +31,16 @@ Written (small; commit them):
                           steps (the logits of each)
   tiny_qwen35_vl/rope_index.json: get_rope_index on more prompts (an image
                           first, last, three images, none)
+  tiny_qwen35_vl/tokenizer.json + tokenizer_config.json: an 80-token
+                          byte-level BPE vocabulary (letters, digits, some
+                          punctuation, Qwen's special tokens at the ids the
+                          config names) with a small Qwen3-VL-style chat
+                          template, so that `pdserve serve` can run the
+                          fixture end to end
+  tiny_qwen35_vl/chat_golden.json: a chat request with two images through
+                          that tokenizer and template (the processor's
+                          placeholder expansion) and the model's 16 greedy
+                          tokens (transformers), for the serve test
 
 Environment: a venv with torch (CPU), torchvision, transformers (>= 5),
 safetensors, numpy, pillow:
@@ -402,6 +412,117 @@ def make_rope_cases(model):
         f.write("\n")
 
 
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif item['type'] == 'text' -%}{{- item['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}")
+
+SPECIAL = {0: "<|endoftext|>", 1: "<|im_start|>", 2: "<|im_end|>",
+           VISION_START: "<|vision_start|>", VISION_END: "<|vision_end|>",
+           IMAGE_TOKEN: "<|image_pad|>", VIDEO_TOKEN: "<|video_pad|>"}
+
+
+def make_tokenizer():
+    """tokenizer.json in Qwen3's layout with an 80-token vocabulary."""
+    chars = ([chr(c) for c in range(ord("a"), ord("z") + 1)] +
+             ["\u0120", "\u010a"] +  # byte-level space and newline
+             [str(d) for d in range(10)] +
+             [chr(c) for c in range(ord("A"), ord("Z") + 1)] +
+             list(".,!?:'") + list("-()"))
+    # The special tokens sit in the model's vocabulary too (at the ids the
+    # config names, inside the range), as well as in added_tokens.
+    vocab, it = {}, iter(chars)
+    for i in range(80):
+        vocab[SPECIAL[i] if i in SPECIAL else next(it)] = i
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": (
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+            "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+            "\\s+(?!\\S)|\\s+")},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False,
+         "trim_offsets": False, "use_regex": False}]}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False,
+                  "trim_offsets": False, "use_regex": False}
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": False, "special": True}
+            for i, t in sorted(SPECIAL.items())],
+        "normalizer": {"type": "NFC"}, "pre_tokenizer": pre,
+        "post_processor": byte_level, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                  "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": []}}
+    with open(os.path.join(MODEL, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(MODEL, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "Qwen2Tokenizer",
+                   "add_bos_token": False, "add_prefix_space": False,
+                   "bos_token": None, "eos_token": "<|im_end|>",
+                   "pad_token": "<|endoftext|>", "unk_token": None,
+                   "errors": "replace", "split_special_tokens": False,
+                   "clean_up_tokenization_spaces": False,
+                   "model_max_length": 256,
+                   "chat_template": CHAT_TEMPLATE}, f, indent=1)
+        f.write("\n")
+
+
+def make_chat_golden(model, images):
+    """A chat request with two images, as the processor and template make
+    it, and its 16 greedy tokens."""
+    from transformers import PreTrainedTokenizerFast
+    tok = PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(MODEL, "tokenizer.json"),
+        eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = CHAT_TEMPLATE
+    names = ["photo_90x70.jpg", "noise_48x64.png"]
+    pvs, grids = zip(*[preprocess(images[n], TINY_MIN_PIXELS,
+                                  TINY_MAX_PIXELS) for n in names])
+    pixel_values = torch.cat(pvs)
+    grids = [list(gr) for gr in grids]
+    for first, second in [("what is in this picture", "and in this one"),
+                          ("describe it", "compare with this"),
+                          ("Look at this.", "Now this one!")]:
+        messages = [{"role": "user", "content": [
+            {"type": "image"}, {"type": "text", "text": first},
+            {"type": "image"}, {"type": "text", "text": second}]}]
+        text = tok.apply_chat_template(messages, tokenize=False,
+                                       add_generation_prompt=True)
+        for gr in grids:  # the processor's placeholder expansion
+            text = text.replace("<|image_pad|>",
+                                "<|placeholder|>" * image_tokens(gr), 1)
+        text = text.replace("<|placeholder|>", "<|image_pad|>")
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        _, out_ids, _, margin = run_prompt(model, ids, pixel_values, grids)
+        if margin > 1e-3:
+            break
+    else:
+        raise SystemExit("chat golden: no prompt gave greedy margins > 1e-3")
+    with open(os.path.join(MODEL, "chat_golden.json"), "w") as f:
+        json.dump({"images": names, "grid_thw": grids,
+                   "messages": [{"role": "user", "content": [
+                       {"image": names[0]}, {"text": first},
+                       {"image": names[1]}, {"text": second}]}],
+                   "prompt_ids": ids, "decode_ids": out_ids,
+                   "decode_text": tok.decode(out_ids),
+                   "min_greedy_margin": margin}, f, indent=1)
+        f.write("\n")
+    print(f"chat golden: {len(ids)} prompt tokens, margin {margin:.4f}")
+
+
 if __name__ == "__main__":
     torch.set_grad_enabled(False)
     imgs = make_images()
@@ -410,3 +531,5 @@ if __name__ == "__main__":
     vl = make_model(imgs, 400)
     make_encoder(vl, imgs)
     make_rope_cases(vl)
+    make_tokenizer()
+    make_chat_golden(vl, imgs)
