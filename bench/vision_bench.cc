@@ -35,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_flags.h"
+#include "bench/random_weights.h"
 #include "engine/core/engine_core.h"
 #include "kernels/dtype.h"
 #include "kernels/thread_pool.h"
@@ -45,31 +46,7 @@ namespace {
 
 constexpr int32_t kImageToken = 4000;
 
-struct Builder {
-  ModelWeights& w;
-  std::mt19937_64 rng{11};
-
-  WeightView Matrix(int64_t rows, int64_t cols, DType type = DType::kBF16) {
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(float(cols)));
-    const int64_t rb = *RowBytes(type, cols);
-    auto buf = std::make_shared<std::vector<uint64_t>>((rows * rb + 7) / 8);
-    std::vector<float> row(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& x : row) x = d(rng);
-      QuantizeRow(type, row.data(),
-                  reinterpret_cast<uint8_t*>(buf->data()) + r * rb, cols);
-    }
-    w.storage.push_back(buf);
-    return WeightView{type, rows, cols, rb, buf->data()};
-  }
-  const float* Vec(int64_t n, float base, float spread) {
-    std::normal_distribution<float> d(base, spread);
-    auto v = std::make_shared<std::vector<float>>(n);
-    for (float& x : *v) x = d(rng);
-    w.storage.push_back(v);
-    return v->data();
-  }
-};
+using Builder = bench::RandomWeights;
 
 void BuildVision(Builder& b) {
   VisionConfig& v = b.w.config.vision;
@@ -83,29 +60,29 @@ void BuildVision(Builder& b) {
   const int64_t h = v.hidden_size, m2 = 4 * h;
   VisionWeights& vw = b.w.vision;
   vw.patch_embed = b.Matrix(h, v.patch_dim(), DType::kF32);
-  vw.patch_bias = b.Vec(h, 0, 0.02f);
-  vw.pos_embed = b.Vec(v.num_position_embeddings * h, 0, 0.02f);
+  vw.patch_bias = b.Vector(h, 0, 0.02f);
+  vw.pos_embed = b.Vector(v.num_position_embeddings * h, 0, 0.02f);
   vw.blocks.resize(v.depth);
   for (VisionBlockWeights& k : vw.blocks) {
-    k.ln1_w = b.Vec(h, 1, 0.1f);
-    k.ln1_b = b.Vec(h, 0, 0.02f);
-    k.qkv = b.Matrix(3 * h, h);
-    k.qkv_b = b.Vec(3 * h, 0, 0.02f);
-    k.proj = b.Matrix(h, h);
-    k.proj_b = b.Vec(h, 0, 0.02f);
-    k.ln2_w = b.Vec(h, 1, 0.1f);
-    k.ln2_b = b.Vec(h, 0, 0.02f);
-    k.fc1 = b.Matrix(v.intermediate_size, h);
-    k.fc1_b = b.Vec(v.intermediate_size, 0, 0.02f);
-    k.fc2 = b.Matrix(h, v.intermediate_size);
-    k.fc2_b = b.Vec(h, 0, 0.02f);
+    k.ln1_w = b.Vector(h, 1, 0.1f);
+    k.ln1_b = b.Vector(h, 0, 0.02f);
+    k.qkv = b.Matrix(3 * h, h, DType::kBF16);
+    k.qkv_b = b.Vector(3 * h, 0, 0.02f);
+    k.proj = b.Matrix(h, h, DType::kBF16);
+    k.proj_b = b.Vector(h, 0, 0.02f);
+    k.ln2_w = b.Vector(h, 1, 0.1f);
+    k.ln2_b = b.Vector(h, 0, 0.02f);
+    k.fc1 = b.Matrix(v.intermediate_size, h, DType::kBF16);
+    k.fc1_b = b.Vector(v.intermediate_size, 0, 0.02f);
+    k.fc2 = b.Matrix(h, v.intermediate_size, DType::kBF16);
+    k.fc2_b = b.Vector(h, 0, 0.02f);
   }
-  vw.merger_norm_w = b.Vec(h, 1, 0.1f);
-  vw.merger_norm_b = b.Vec(h, 0, 0.02f);
-  vw.merger_fc1 = b.Matrix(m2, m2);
-  vw.merger_fc1_b = b.Vec(m2, 0, 0.02f);
-  vw.merger_fc2 = b.Matrix(v.out_hidden_size, m2);
-  vw.merger_fc2_b = b.Vec(v.out_hidden_size, 0, 0.02f);
+  vw.merger_norm_w = b.Vector(h, 1, 0.1f);
+  vw.merger_norm_b = b.Vector(h, 0, 0.02f);
+  vw.merger_fc1 = b.Matrix(m2, m2, DType::kBF16);
+  vw.merger_fc1_b = b.Vector(m2, 0, 0.02f);
+  vw.merger_fc2 = b.Matrix(v.out_hidden_size, m2, DType::kBF16);
+  vw.merger_fc2_b = b.Vector(v.out_hidden_size, 0, 0.02f);
 }
 
 std::shared_ptr<ModelWeights> BuildModel(int64_t layers) {
@@ -135,34 +112,34 @@ std::shared_ptr<ModelWeights> BuildModel(int64_t layers) {
   for (int64_t l = 0; l < layers; ++l) c.linear_layers.push_back((l + 1) % 4 != 0);
   Builder b{*w};
   const int64_t hid = c.hidden_size;
-  w->token_embedding = b.Matrix(c.vocab_size, hid);
-  w->lm_head = b.Matrix(c.vocab_size, hid);
-  w->output_norm = b.Vec(hid, 1, 0.1f);
+  w->token_embedding = b.Matrix(c.vocab_size, hid, DType::kBF16);
+  w->lm_head = b.Matrix(c.vocab_size, hid, DType::kBF16);
+  w->output_norm = b.Vector(hid, 1, 0.1f);
   w->layers.resize(layers);
   for (int64_t l = 0; l < layers; ++l) {
     LayerWeights& lw = w->layers[l];
-    lw.attn_norm = b.Vec(hid, 1, 0.1f);
-    lw.ffn_norm = b.Vec(hid, 1, 0.1f);
-    lw.w_gate = b.Matrix(c.intermediate_size, hid);
-    lw.w_up = b.Matrix(c.intermediate_size, hid);
-    lw.w_down = b.Matrix(hid, c.intermediate_size);
+    lw.attn_norm = b.Vector(hid, 1, 0.1f);
+    lw.ffn_norm = b.Vector(hid, 1, 0.1f);
+    lw.w_gate = b.Matrix(c.intermediate_size, hid, DType::kBF16);
+    lw.w_up = b.Matrix(c.intermediate_size, hid, DType::kBF16);
+    lw.w_down = b.Matrix(hid, c.intermediate_size, DType::kBF16);
     if (c.IsLinearLayer(l)) {
-      lw.lin_qkv = b.Matrix(c.linear_conv_dim(), hid);
-      lw.lin_z = b.Matrix(c.linear_value_dim(), hid);
-      lw.lin_b = b.Matrix(c.linear_num_v_heads, hid);
-      lw.lin_a = b.Matrix(c.linear_num_v_heads, hid);
-      lw.lin_out = b.Matrix(hid, c.linear_value_dim());
-      lw.lin_conv = b.Vec(c.linear_conv_dim() * c.linear_conv_kernel, 0, 0.3f);
-      lw.lin_dt_bias = b.Vec(c.linear_num_v_heads, 0, 0.5f);
-      lw.lin_a_log = b.Vec(c.linear_num_v_heads, 0, 0.5f);
-      lw.lin_norm = b.Vec(c.linear_v_head_dim, 1, 0.1f);
+      lw.lin_qkv = b.Matrix(c.linear_conv_dim(), hid, DType::kBF16);
+      lw.lin_z = b.Matrix(c.linear_value_dim(), hid, DType::kBF16);
+      lw.lin_b = b.Matrix(c.linear_num_v_heads, hid, DType::kBF16);
+      lw.lin_a = b.Matrix(c.linear_num_v_heads, hid, DType::kBF16);
+      lw.lin_out = b.Matrix(hid, c.linear_value_dim(), DType::kBF16);
+      lw.lin_conv = b.Vector(c.linear_conv_dim() * c.linear_conv_kernel, 0, 0.3f);
+      lw.lin_dt_bias = b.Vector(c.linear_num_v_heads, 0, 0.5f);
+      lw.lin_a_log = b.Vector(c.linear_num_v_heads, 0, 0.5f);
+      lw.lin_norm = b.Vector(c.linear_v_head_dim, 1, 0.1f);
     } else {
-      lw.wq = b.Matrix(2 * c.q_dim(), hid);
-      lw.wk = b.Matrix(c.kv_dim(), hid);
-      lw.wv = b.Matrix(c.kv_dim(), hid);
-      lw.wo = b.Matrix(hid, c.q_dim());
-      lw.q_norm = b.Vec(c.head_dim, 1, 0.1f);
-      lw.k_norm = b.Vec(c.head_dim, 1, 0.1f);
+      lw.wq = b.Matrix(2 * c.q_dim(), hid, DType::kBF16);
+      lw.wk = b.Matrix(c.kv_dim(), hid, DType::kBF16);
+      lw.wv = b.Matrix(c.kv_dim(), hid, DType::kBF16);
+      lw.wo = b.Matrix(hid, c.q_dim(), DType::kBF16);
+      lw.q_norm = b.Vector(c.head_dim, 1, 0.1f);
+      lw.k_norm = b.Vector(c.head_dim, 1, 0.1f);
     }
   }
   BuildVision(b);

@@ -19,7 +19,6 @@ namespace {
 
 using vision_test::kTinyVlDir;
 using vision_test::kVisionDir;
-using vision_test::ReadBytes;
 using vision_test::ReadF32;
 using vision_test::ReadJson;
 
@@ -27,16 +26,6 @@ std::unique_ptr<ModelWeights> LoadTinyVl() {
   absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(kTinyVlDir);
   EXPECT_TRUE(w.ok()) << w.status();
   return w.ok() ? std::move(*w) : nullptr;
-}
-
-ImagePatches Preprocess(const std::string& image,
-                        const ImagePreprocessConfig& config) {
-  absl::StatusOr<RgbImage> img =
-      DecodeImage(ReadBytes(kVisionDir + "/images/" + image), 1 << 24);
-  EXPECT_TRUE(img.ok()) << img.status();
-  absl::StatusOr<ImagePatches> p = PreprocessImage(*img, config);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *p;
 }
 
 TEST(VisionConfigTest, ReadsTheVisionConfigAndPreprocessor) {
@@ -80,7 +69,7 @@ void ExpectEncoderGoldens(const ModelWeights& w, const std::string& tag) {
   for (const auto& img : meta["images"]) {
     const std::string name = img["image"];
     SCOPED_TRACE(name);
-    ImagePatches patches = Preprocess(name, pre);
+    ImagePatches patches = vision_test::PreprocessFixture(name, pre);
     EXPECT_EQ(patches.grid.h, img["grid_thw"][1]);
     EXPECT_EQ(patches.grid.w, img["grid_thw"][2]);
     const int64_t rows = (*enc)->OutputRows(patches.grid);

@@ -25,8 +25,6 @@ namespace pdserve {
 namespace {
 
 using vision_test::kTinyVlDir;
-using vision_test::kVisionDir;
-using vision_test::ReadBytes;
 using vision_test::ReadF32;
 using vision_test::ReadJson;
 
@@ -49,19 +47,15 @@ class VisionLmTest : public testing::Test {
     pre.min_pixels = meta_["min_pixels"];
     pre.max_pixels = meta_["max_pixels"];
     for (const auto& name : meta_["images"]) {
-      auto img = DecodeImage(
-          ReadBytes(kVisionDir + "/images/" + name.get<std::string>()),
-          1 << 24);
-      ASSERT_TRUE(img.ok()) << img.status();
-      auto patches = PreprocessImage(*img, pre);
-      ASSERT_TRUE(patches.ok()) << patches.status();
-      grids_.push_back(patches->grid);
-      const int64_t rows = (*enc)->OutputRows(patches->grid);
+      const ImagePatches patches =
+          vision_test::PreprocessFixture(name.get<std::string>(), pre);
+      grids_.push_back(patches.grid);
+      const int64_t rows = (*enc)->OutputRows(patches.grid);
       const size_t at = embeds_.size();
       embeds_.resize(at + rows * w_->config.hidden_size);
       ASSERT_TRUE((*enc)
-                      ->Encode(*patches, absl::MakeSpan(embeds_.data() + at,
-                                                        embeds_.size() - at))
+                      ->Encode(patches, absl::MakeSpan(embeds_.data() + at,
+                                                       embeds_.size() - at))
                       .ok());
       image_rows_ += rows;
     }

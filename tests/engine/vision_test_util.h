@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/image/image_decode.h"
+#include "engine/image/image_preprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -34,6 +36,18 @@ inline std::vector<float> ReadF32(const std::string& path) {
   std::copy(bytes.begin(), bytes.begin() + out.size() * sizeof(float),
             reinterpret_cast<char*>(out.data()));
   return out;
+}
+
+// tests/data/vision/images/`image` decoded and preprocessed with `config`.
+inline ImagePatches PreprocessFixture(const std::string& image,
+                                      const ImagePreprocessConfig& config) {
+  absl::StatusOr<RgbImage> img =
+      DecodeImage(ReadBytes(kVisionDir + "/images/" + image), 1 << 24);
+  EXPECT_TRUE(img.ok()) << image << ": " << img.status();
+  if (!img.ok()) return {};
+  absl::StatusOr<ImagePatches> p = PreprocessImage(*img, config);
+  EXPECT_TRUE(p.ok()) << image << ": " << p.status();
+  return p.ok() ? *std::move(p) : ImagePatches();
 }
 
 }  // namespace pdserve::vision_test
