@@ -20,11 +20,16 @@
 //   lm32_ms, encode_share_lm32: the same with the prefill scaled to the
 //                model's 32 layers (prefill_ms * 32 / --lm-layers), an
 //                estimate of the full model's share
+//   cpu_ms       process CPU time over admit + step: on a shared machine
+//                that pauses or starves the benchmark, cpu_ms / ttft_ms
+//                falls below the thread count (1 thread: well below 1
+//                means the wall times include time it did not run)
 // One JSON line per (image, threads).
 //
 // Usage: vision_bench [--repeat R] [--lm-layers N] [--sizes 448,1024]
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -182,8 +187,14 @@ std::string MakePng(int size) {
 }
 
 struct Run {
-  double admit_ms = 0, encode_ms = 0, prefill_ms = 0;
+  double admit_ms = 0, encode_ms = 0, prefill_ms = 0, cpu_ms = 0;
 };
+
+double ProcessCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 Run Once(std::shared_ptr<const ModelWeights> w, int threads,
          const std::string& png, const ImageGrid& grid, uint64_t id) {
@@ -204,6 +215,7 @@ Run Once(std::shared_ptr<const ModelWeights> w, int threads,
   prompt.insert(prompt.end(), grid.num_tokens(2), kImageToken);
   for (int i = 0; i < 8; ++i) prompt.push_back(20 + i);
   using Clock = std::chrono::steady_clock;
+  const double cpu0 = ProcessCpuMs();
   const auto t0 = Clock::now();
   const SequenceImage img{png, grid};
   absl::Status s = (*engine)->AddSequence(id, prompt, 2048, SamplingParams(),
@@ -215,6 +227,7 @@ Run Once(std::shared_ptr<const ModelWeights> w, int threads,
         {{id, static_cast<int32_t>(prompt.size())}}, &r);
   }
   const auto t2 = Clock::now();
+  const double cpu1 = ProcessCpuMs();
   if (!s.ok()) {
     std::fprintf(stderr, "vision_bench: %s\n", std::string(s.message()).c_str());
     std::exit(1);
@@ -224,6 +237,7 @@ Run Once(std::shared_ptr<const ModelWeights> w, int threads,
   out.encode_ms = r.encode_ns / 1e6;
   out.prefill_ms =
       std::chrono::duration<double, std::milli>(t2 - t1).count() - out.encode_ms;
+  out.cpu_ms = cpu1 - cpu0;
   return out;
 }
 
@@ -257,24 +271,26 @@ int main(int argc, char** argv) {
     auto grid = GridForImage(size, size, w->config.vision.preprocess);
     if (!grid.ok()) return 1;
     for (int threads : {1, 2}) {
-      std::vector<double> admit, encode, prefill;
+      std::vector<double> admit, encode, prefill, cpu;
       for (int k = 0; k < repeat; ++k) {
         const Run r = Once(w, threads, png, *grid, id++);
         admit.push_back(r.admit_ms);
         encode.push_back(r.encode_ms);
         prefill.push_back(r.prefill_ms);
+        cpu.push_back(r.cpu_ms);
       }
       const double a = Median(admit), e = Median(encode), p = Median(prefill);
+      const double c = Median(cpu);
       const double p32 = p * 32.0 / lm_layers;
       std::printf(
           "{\"image\": \"%dx%d\", \"image_tokens\": %ld, \"patches\": %ld, "
           "\"threads\": %d, \"repeat\": %d, \"admit_ms\": %.1f, "
           "\"encode_ms\": %.1f, \"prefill_ms\": %.1f, \"lm_layers\": %d, "
           "\"ttft_ms\": %.1f, \"encode_share\": %.3f, \"lm32_ms\": %.1f, "
-          "\"encode_share_lm32\": %.3f}\n",
+          "\"encode_share_lm32\": %.3f, \"cpu_ms\": %.1f}\n",
           size, size, static_cast<long>(grid->num_tokens(2)),
           static_cast<long>(grid->num_patches()), threads, repeat, a, e, p,
-          lm_layers, a + e + p, e / (a + e + p), p32, e / (a + e + p32));
+          lm_layers, a + e + p, e / (a + e + p), p32, e / (a + e + p32), c);
       std::fflush(stdout);
     }
   }
