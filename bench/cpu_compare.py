@@ -252,30 +252,45 @@ class Runner:
         return dict(tok_s=agg, raw=rows, commands=[cmd], seconds=secs)
 
     def peer_batched(self, peer, cell, threads):
+        """The peer at its best per batch size: flash attention on, and off
+        too (ik_llama.cpp 0.1.5's batched bench aborts with flash attention
+        past one sequence, GGML_ASSERT(S > 0) in iqk_fa_templates.h); rows
+        a run printed before it aborted still count."""
         per_seq = 256
         while per_seq < BATCH_NPP + BATCH_NTG:
             per_seq *= 2
-        cmd = [self.peer_bin(peer, "llama-batched-bench"), "-m", cell["file"], "-t",
-               str(threads), "-tb", str(threads), "-fa", "1",
-               "-c", str(per_seq * max(BATCH_NPL)),
-               "-npp", str(BATCH_NPP), "-ntg", str(BATCH_NTG),
-               "-npl", ",".join(map(str, BATCH_NPL))]
-        if peer == "ik" and IK_RTR.get(cell["type"]):
-            cmd += ["-rtr"]
-        out, err, secs = run(cmd)
-        agg, rows = {}, []
-        for line in (out + "\n" + err).splitlines():
-            m = re.match(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|"
-                         r"\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)", line)
-            if m:
-                pp, tg, pl, nkv, t_pp, s_pp, t_tg, s_tg = m.groups()
-                rows.append(dict(pp=int(pp), tg=int(tg), pl=int(pl), n_kv=int(nkv),
-                                 t_pp=float(t_pp), s_pp=float(s_pp), t_tg=float(t_tg),
-                                 s_tg=float(s_tg)))
-                agg[int(pl)] = float(s_tg)
+        agg, best_flags, rows, cmds, failures, secs = {}, {}, [], [], [], 0.0
+        for fa in ("1", "0"):
+            cmd = [self.peer_bin(peer, "llama-batched-bench"), "-m", cell["file"],
+                   "-t", str(threads), "-tb", str(threads), "-fa", fa,
+                   "-c", str(per_seq * max(BATCH_NPL)),
+                   "-npp", str(BATCH_NPP), "-ntg", str(BATCH_NTG),
+                   "-npl", ",".join(map(str, BATCH_NPL))]
+            if peer == "ik" and IK_RTR.get(cell["type"]):
+                cmd += ["-rtr"]
+            t0 = time.time()
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+            secs += time.time() - t0
+            cmds.append(cmd)
+            if r.returncode != 0:
+                failures.append(dict(command=cmd, exit=r.returncode,
+                                     stderr_tail=r.stderr.strip().splitlines()[-3:]))
+            for line in (r.stdout + "\n" + r.stderr).splitlines():
+                m = re.match(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|"
+                             r"\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)", line)
+                if m:
+                    pp, tg, pl, nkv, t_pp, s_pp, t_tg, s_tg = m.groups()
+                    rows.append(dict(pp=int(pp), tg=int(tg), pl=int(pl), n_kv=int(nkv),
+                                     t_pp=float(t_pp), s_pp=float(s_pp), t_tg=float(t_tg),
+                                     s_tg=float(s_tg), flash_attn=int(fa)))
+                    if float(s_tg) > agg.get(int(pl), 0.0):
+                        agg[int(pl)] = float(s_tg)
+                        best_flags[int(pl)] = f"-fa {fa}"
         if not agg:
-            raise RuntimeError(f"{' '.join(cmd)}: no result table in its output")
-        return dict(tok_s=agg, raw=rows, commands=[cmd], seconds=secs)
+            raise RuntimeError(f"{peer} llama-batched-bench: no result table "
+                               f"in its output ({failures})")
+        return dict(tok_s=agg, best_flags=best_flags, raw=rows, commands=cmds,
+                    failures=failures, seconds=secs)
 
 
 # --------------------------------------------------------------------- cells

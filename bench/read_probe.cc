@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include <sys/mman.h>
+
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -113,16 +115,51 @@ float SumFloats4Streams(const float* a, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// A buffer on transparent huge pages where the kernel gives them (as the
+// engine's packed weights are: packed_weights.cc): with 4 KiB pages the
+// probe also measured TLB misses the decode kernels never pay, and read
+// 20-30% below what a 1.7B decode then streamed.
+struct HugeBuffer {
+  explicit HugeBuffer(int64_t bytes) : size(RoundUp(bytes)) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      fallback.reset(new float[bytes / 4 + 1]);
+      data = fallback.get();
+      return;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
+    data = static_cast<float*>(p);
+  }
+  ~HugeBuffer() {
+    if (fallback == nullptr && data != nullptr) munmap(data, size);
+  }
+  static size_t RoundUp(int64_t b) {
+    constexpr int64_t kHuge = 2 << 20;
+    return static_cast<size_t>((b + kHuge - 1) / kHuge * kHuge);
+  }
+  size_t size;
+  float* data = nullptr;
+  std::unique_ptr<float[]> fallback;
+};
+
+}  // namespace
+
 double StreamReadGbPerS(int64_t bytes, ThreadPool& pool, int passes) {
   const int64_t n = bytes / 4;
   const int64_t parts = pool.num_threads();
-  std::unique_ptr<float[]> a(new float[n]);
+  HugeBuffer buffer(bytes);
+  float* const a_data = buffer.data;
   std::vector<float> partial(parts);
   auto slice = [&](int64_t i) { return std::make_pair(n * i / parts, n * (i + 1) / parts); };
   pool.ParallelFor(parts, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       auto [lo, hi] = slice(i);
-      std::fill(a.get() + lo, a.get() + hi, 1.0f);
+      std::fill(a_data + lo, a_data + hi, 1.0f);
     }
   });
   double best = 0;
@@ -132,8 +169,8 @@ double StreamReadGbPerS(int64_t bytes, ThreadPool& pool, int passes) {
     pool.ParallelFor(parts, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         auto [lo, hi] = slice(i);
-        partial[i] = pass % 2 == 0 ? SumFloats(a.get() + lo, hi - lo)
-                                   : SumFloats4Streams(a.get() + lo, hi - lo);
+        partial[i] = pass % 2 == 0 ? SumFloats(a_data + lo, hi - lo)
+                                   : SumFloats4Streams(a_data + lo, hi - lo);
       }
     });
     const double sec =

@@ -17,8 +17,9 @@ float SumFloats(const float* a, int64_t n);
 // GB/s (1e9 bytes/s): the fastest of 2 x `passes` reads of a `bytes`
 // buffer, each of the pool's threads summing its own contiguous slice (which
 // it also first-touched), alternately as one stream and (AVX-512) as four
-// concurrent streams (its quarters). Allocates the buffer for the call. Not thread-safe (uses
-// the pool).
+// concurrent streams (its quarters). Allocates the buffer for the call, on
+// transparent huge pages where available (like the engine's weights). Not
+// thread-safe (uses the pool).
 double StreamReadGbPerS(int64_t bytes, ThreadPool& pool, int passes = 8);
 
 }  // namespace pdserve::bench

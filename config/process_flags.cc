@@ -78,8 +78,8 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
           &O::kv_memory),
       Int("page-size", "16", "tokens per KV page", &O::page_size, 1),
       Str("kv-dtype", "",
-          "KV cache storage: f32, f16, bf16 or q8_0 (default: bf16 on the "
-          "CPU, f32 on a device, the only one it takes)",
+          "KV cache storage: f32, f16, bf16 or q8_0 (default bf16; a device "
+          "takes bf16 or f32)",
           &O::kv_dtype),
       Int("max-sequences", "256", "sequences live at once", &O::max_sequences,
           1),
@@ -95,6 +95,12 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
            "on the CPU: prompts reuse the KV pages of a prefix already "
            "computed)",
            &O::prefix_cache, /*invert=*/true),
+      Bool("kv-huge-pages",
+           "back the host KV cache with transparent huge pages: attention "
+           "over long contexts runs faster, but memory "
+           "becomes resident, and is returned, in 2 MiB steps rather than "
+           "page by page",
+           &O::kv_huge_pages),
       Bool("no-shm-handoff",
            "send KV hand-offs to a decode engine on this host over gRPC too "
            "(by default they go through shared memory, /dev/shm)",

@@ -34,7 +34,7 @@ struct EngineProcessOptions {
   std::string device;     // cpu, cuda, cuda:N
   std::string kv_memory;  // fraction of free memory or bytes (512M, 2G)
   int64_t page_size = 0;
-  // --kv-dtype f32|f16|bf16|q8_0; empty = bf16 on the CPU, f32 on a device.
+  // --kv-dtype f32|f16|bf16|q8_0; empty = bf16 (a device takes bf16 or f32).
   std::string kv_dtype;
   int64_t max_sequences = 0;
   int64_t max_step_tokens = 0;
@@ -43,6 +43,7 @@ struct EngineProcessOptions {
   int64_t max_seq_len = 0;
   bool prefix_cache = false;  // on unless --no-prefix-cache
   bool shm_handoff = false;   // on unless --no-shm-handoff
+  bool kv_huge_pages = false;  // --kv-huge-pages
   std::string name;          // empty = the model file's own name
   // The tokenizer constrained decoding matches (empty = --model).
   std::string tokenizer;

@@ -444,7 +444,8 @@ float LogSumExp(const float* x, int64_t n) {
 const IsaKernels& Avx2Kernels() {
   static const IsaKernels k{"avx2",   kRowTile,  &PreparedBytes, &Prepare,
                             &Rows,    &Dot,      &Axpy,          &SwiGlu,
-                            &Softmax, &LogSumExp, &Avx2PackedKernels()};
+                            &Softmax, &LogSumExp, &ArgMaxScalar,
+                            &Avx2PackedKernels()};
   return k;
 }
 

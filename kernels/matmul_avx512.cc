@@ -565,6 +565,28 @@ float LogSumExp(const float* x, int64_t n) {
   return LogSumExpFinish(max_s, _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
 }
 
+// ArgMaxScalar's answer: x[0] when it is NaN; else the first index of the
+// largest non-NaN value (found with vector max, then vector equality).
+int64_t ArgMax(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;
+  __m512 vmax = _mm512_set1_ps(x[0]);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    // Lanes past n and NaN lanes keep vmax.
+    vmax = _mm512_mask_max_ps(vmax, m & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q),
+                              vmax, v);
+  }
+  const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(
+        TailMask(n - i), _mm512_maskz_loadu_ps(TailMask(n - i), x + i), best,
+        _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;  // unreachable: the max is one of the values
+}
+
 }  // namespace
 
 const IsaKernels& Avx512Kernels() {
@@ -577,6 +599,7 @@ const IsaKernels& Avx512Kernels() {
                             &Rows,      &Dot,
                             &Axpy,      &SwiGlu,
                             &Softmax,   &LogSumExp,
+                            &ArgMax,
                             &Avx512PackedKernels(CpuHasAvx512Bf16())};
   return k;
 }

@@ -55,6 +55,9 @@ constexpr int64_t kGroupRows = 16;
 // still splits evenly over the threads.
 constexpr int64_t kTilesPerSplit512 = 1;
 constexpr int64_t kFloatBlock = 128;  // columns per partial sum (even)
+// Columns per sweep of a prefill over a wide float matrix (a multiple of
+// kFloatBlock): 4 groups of 16 rows x 2,048 bf16 columns = 256 KiB.
+constexpr int64_t kFloatColumnSpan = 2048;
 // Weights per chunk of row groups: every token tile sweeps a chunk while it
 // is L2-resident.
 constexpr int64_t kChunkBytes = 384 << 10;
@@ -409,11 +412,15 @@ constexpr int64_t kFloatTokTile = 12;
 // R groups of 16 rows x T tokens: per column pair, R weight vectors (widened
 // once for all T tokens, or fed to vdpbf16ps as they are) against the
 // tokens' broadcast activations; partials in registers, totals in L1.
+// Columns [c0, c1) only (c0 a multiple of kFloatBlock): with `resume`, the
+// totals start from what y holds (the earlier columns' total, stored
+// exactly), so a row's sum is the same chain of block partials however its
+// columns are cut.
 template <FloatMode kMode, int R, int T>
 __attribute__((target("avx512bf16"))) void FloatTile(
     const MatMulArgs& a, const uint8_t* group, int64_t gb, int64_t r0,
-    int64_t t0) {
-  const int64_t cols = a.w->cols;
+    int64_t t0, int64_t c0, int64_t c1, bool resume) {
+  const int64_t cols = c1;
   const int64_t pairs = RoundUp(cols, 2) / 2;
   const float* x[T];
   const uint32_t* xb[T];
@@ -422,13 +429,28 @@ __attribute__((target("avx512bf16"))) void FloatTile(
     x[t] = a.x + (t0 + t) * a.x_stride;
     xb[t] = kMode == FloatMode::kBf16Dot
                 ? reinterpret_cast<const uint32_t*>(a.xq + (t0 + t) *
-                                                               Bf16TokBytes(cols))
+                                                               Bf16TokBytes(a.w->cols))
                 : nullptr;
   }
   alignas(64) float total[R][T][16];
+  if (resume) {
+#pragma GCC unroll 4
+    for (int g = 0; g < R; ++g) {
+      const int64_t row = r0 + g * kGroupRows;
+      if (row >= a.w->rows) break;
+#pragma GCC unroll 12
+      for (int t = 0; t < T; ++t) {
+        _mm512_store_ps(total[g][t],
+                        _mm512_maskz_loadu_ps(
+                            avx512::TailMask(a.w->rows - row),
+                            a.y + (t0 + t) * a.y_stride + row));
+      }
+    }
+  }
   const int64_t blocks = (cols + kFloatBlock - 1) / kFloatBlock;
+  const int64_t first_block = c0 / kFloatBlock;
   const __m512i high16 = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  for (int64_t blk = first_block; blk < blocks; ++blk) {
     const int64_t k0 = blk * kFloatBlock;
     const int64_t k1 = std::min(cols, k0 + kFloatBlock);
     __m512 p[R][T];
@@ -504,9 +526,10 @@ __attribute__((target("avx512bf16"))) void FloatTile(
 #pragma GCC unroll 12
       for (int t = 0; t < T; ++t) {
         _mm512_store_ps(total[g][t],
-                        blk == 0 ? p[g][t]
-                                 : _mm512_add_ps(_mm512_load_ps(total[g][t]),
-                                                 p[g][t]));
+                        blk == first_block && !resume
+                            ? p[g][t]
+                            : _mm512_add_ps(_mm512_load_ps(total[g][t]),
+                                            p[g][t]));
       }
     }
   }
@@ -534,7 +557,7 @@ constexpr auto TileTable(std::integer_sequence<int, Ts...>, Make make) {
 using QuantFn = void (*)(const MatMulArgs&, const QuantLayout&, const uint8_t*,
                          int64_t, int64_t, int64_t);
 using FloatFn = void (*)(const MatMulArgs&, const uint8_t*, int64_t, int64_t,
-                         int64_t);
+                         int64_t, int64_t, int64_t, bool);
 
 template <DType kType>
 struct QuantMaker {
@@ -552,19 +575,21 @@ struct FloatMaker {
   }
 };
 
-// Sweeps rows [row_begin, row_end) in L2-sized chunks; within a chunk every
+// Sweeps rows [row_begin, row_end) in L2-sized chunks (of groups that each
+// sweep `swept_bytes`); within a chunk every
 // token tile runs over every row tile: 4 groups at once for up to k4 tokens
 // (several memory streams for decode), else 2, then 1 for the rest.
 template <typename Fn, int kTok, int k4, typename Call>
-void SweepRows(const MatMulArgs& a, int64_t gb, int64_t row_begin,
-               int64_t row_end, const std::array<Fn, k4>& t4,
+void SweepRows(const MatMulArgs& a, int64_t gb, int64_t swept_bytes,
+               int64_t row_begin, int64_t row_end,
+               const std::array<Fn, k4>& t4,
                const std::array<Fn, kTok>& t2, const std::array<Fn, kTok>& t1,
                Call call) {
   const auto* packed = static_cast<const uint8_t*>(a.w->packed);
   auto at = [&](int64_t r) { return packed + r / kGroupRows * gb; };
   const int64_t chunk =
-      std::max<int64_t>(4, kChunkBytes / std::max<int64_t>(1, gb)) / 4 * 4 *
-      kGroupRows;
+      std::max<int64_t>(4, kChunkBytes / std::max<int64_t>(1, swept_bytes)) /
+      4 * 4 * kGroupRows;
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk) {
     const int64_t c1 = std::min(row_end, c0 + chunk);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTok) {
@@ -593,7 +618,7 @@ void QuantRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   const QuantLayout l = MakeQuantLayout(a.w->cols);
   const int64_t gb = GroupBytes(kType, a.w->cols);
   SweepRows<QuantFn, kQuantTokTile, 3>(
-      a, gb, row_begin, row_end, k4, k2, k1,
+      a, gb, gb, row_begin, row_end, k4, k2, k1,
       [&](QuantFn fn, const uint8_t* g, int64_t r0, int64_t t0) {
         fn(a, l, g, gb, r0, t0);
       });
@@ -609,11 +634,21 @@ void FloatRows(const MatMulArgs& a, int64_t row_begin, int64_t row_end) {
   static constexpr auto k1 = TileTable<FloatFn, 1>(
       std::make_integer_sequence<int, kTok>(), FloatMaker<kMode>());
   const int64_t gb = GroupBytes(a.w->type, a.w->cols);
-  SweepRows<FloatFn, kTok, 3>(
-      a, gb, row_begin, row_end, k4, k2, k1,
-      [&](FloatFn fn, const uint8_t* g, int64_t r0, int64_t t0) {
-        fn(a, g, gb, r0, t0);
-      });
+  const int64_t cols = a.w->cols;
+  // Several token tiles re-read each chunk of rows: cut wide matrices into
+  // column spans so that a chunk of 4 groups stays within L2 (at 8,192
+  // columns one bf16 group is 256 KiB, and 4 of them streamed from L3 kept
+  // a 2-thread prefill at 1.6x one thread).
+  const int64_t span = a.n_tokens > kTok ? kFloatColumnSpan : cols;
+  for (int64_t c0 = 0; c0 < cols; c0 += span) {
+    const int64_t c1 = std::min(cols, c0 + span);
+    const int64_t span_gb = c1 == cols && c0 == 0 ? gb : (c1 - c0) * 32;
+    SweepRows<FloatFn, kTok, 3>(
+        a, gb, span_gb, row_begin, row_end, k4, k2, k1,
+        [&](FloatFn fn, const uint8_t* g, int64_t r0, int64_t t0) {
+          fn(a, g, gb, r0, t0, c0, c1, c0 > 0);
+        });
+  }
 }
 
 template <bool kBf16Dot>

@@ -112,6 +112,8 @@ struct IsaKernels {
   void (*softmax)(float* x, int64_t n);
   // log(sum_i exp(x[i])) (see LogSumExp in ops.h).
   float (*log_sum_exp)(const float* x, int64_t n);
+  // The index ArgMax returns (see ops.h).
+  int64_t (*arg_max)(const float* x, int64_t n);
   // Packed-weight kernels; nullptr when this level reads row-major weights
   // only.
   const PackedKernels* packed = nullptr;
@@ -146,6 +148,7 @@ WeightView PackWeightsWith(const IsaKernels& k, const WeightView& w,
 void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
 void SoftmaxScalar(float* x, int64_t n);
 float LogSumExpScalar(const float* x, int64_t n);
+int64_t ArgMaxScalar(const float* x, int64_t n);
 // max + log(sum_exp) in double, as a float; sum_exp = sum of exp(x[i] - max).
 inline float LogSumExpFinish(float max, double sum_exp) {
   return static_cast<float>(static_cast<double>(max) + std::log(sum_exp));

@@ -119,7 +119,8 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 const IsaKernels& ScalarKernels() {
   static const IsaKernels k{
       "scalar", 4,     &PreparedBytes, &Prepare,       &Rows,
-      &Dot,     &Axpy, &SwiGluScalar,  &SoftmaxScalar, &LogSumExpScalar};
+      &Dot,     &Axpy, &SwiGluScalar,  &SoftmaxScalar, &LogSumExpScalar,
+      &ArgMaxScalar};
   return k;
 }
 

@@ -94,7 +94,19 @@ float LogSumExpScalar(const float* x, int64_t n) {
   return LogSumExpFinish(max, sum);
 }
 
+int64_t ArgMaxScalar(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
 }  // namespace kernels_internal
+
+int64_t ArgMax(const float* x, int64_t n) {
+  return kernels_internal::ActiveKernels().arg_max(x, n);
+}
 
 float LogSumExp(const float* x, int64_t n) {
   return kernels_internal::ActiveKernels().log_sum_exp(x, n);

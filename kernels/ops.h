@@ -38,6 +38,12 @@ void Softmax(float* x, int64_t n);
 // thread-safe; for the sampler's log-softmax: log p_i = x[i] - LogSumExp(x).
 float LogSumExp(const float* x, int64_t n);
 
+// The index of the first largest of x[0 .. n), exactly as the loop
+// `best = 0; for i: if (x[i] > x[best]) best = i` picks it (NaNs never win,
+// unless x[0] is NaN: then 0); 0 for n <= 0. Pure, thread-safe; for the
+// sampler's greedy pick.
+int64_t ArgMax(const float* x, int64_t n);
+
 // y[i] += x[i].
 void AddInPlace(float* y, const float* x, int64_t n);
 

@@ -53,7 +53,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateOwning(
   absl::StatusOr<std::unique_ptr<KvStorage>> kv =
       KvStorage::Create(geometry.num_layers, geometry.kv_dim,
                         geometry.page_size, geometry.num_pages,
-                        geometry.dtype, geometry.head_dim);
+                        geometry.dtype, geometry.head_dim,
+                        geometry.huge_pages);
   if (!kv.ok()) return kv.status();
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->description_ = std::move(description);

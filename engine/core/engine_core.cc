@@ -557,19 +557,20 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       };
     }
   }
-  const KvDType kv_dtype = options.kv_dtype.value_or(
-      options.device.is_cpu() ? KvDType::kBF16 : KvDType::kF32);
-  if (!options.device.is_cpu() && kv_dtype != KvDType::kF32) {
+  const KvDType kv_dtype = options.kv_dtype.value_or(KvDType::kBF16);
+  if (!options.device.is_cpu() && kv_dtype != KvDType::kF32 &&
+      kv_dtype != KvDType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-dtype ", KvDTypeName(kv_dtype), " is not supported on ",
-        options.device.ToString(), ": the device KV cache is f32 only (use ",
-        "--kv-dtype f32 or leave it unset)"));
+        options.device.ToString(), ": the device KV cache is bf16 (the ",
+        "default) or f32"));
   }
   absl::StatusOr<KvGeometry> geometry = ComputeKvGeometry(
       KvModelShape::FromConfig(weights->config), options.kv_memory,
       options.page_size, options.max_sequences, options.available_bytes,
       kv_dtype);
   if (!geometry.ok()) return geometry.status();
+  geometry->huge_pages = options.kv_huge_pages && options.device.is_cpu();
   absl::StatusOr<int64_t> capacity =
       ResolveMaxSeqLen(options.max_seq_len, weights->config.max_context,
                        geometry->total_tokens);

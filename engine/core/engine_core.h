@@ -65,10 +65,14 @@ struct EngineOptions {
   // context length capped by the pool's tokens (ResolveMaxSeqLen); Create
   // refuses more than either. max_seq_len() reports the result.
   int64_t max_seq_len = 0;
-  // --kv-dtype: how keys and values are stored; unset = bf16 on the CPU,
-  // f32 on a device (the CUDA backend stores f32 only and refuses others).
+  // --kv-dtype: how keys and values are stored; unset = bf16 (CPU and
+  // device). A device backend takes bf16 or f32 only; Create refuses others.
   std::optional<KvDType> kv_dtype;
   int64_t page_size = 16;          // tokens per KV page
+  // Transparent huge pages for the host KV cache (KvGeometry::huge_pages,
+  // --kv-huge-pages): faster attention over long contexts, but a released
+  // page's memory then goes back to the OS only with its whole 2 MiB page.
+  bool kv_huge_pages = false;
   int64_t max_sequences = 256;     // sequences live at once
   int64_t max_step_tokens = 2048;  // tokens one Step may process in total
   // Automatic prefix caching (KvPool, PrefixCache): a new sequence starts

@@ -197,7 +197,8 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::CreateMapped(
     absl::StatusOr<std::unique_ptr<KvStorage>> s =
         KvStorage::Create(geometry.num_layers, geometry.kv_dim,
                           geometry.page_size, geometry.num_pages,
-                          geometry.dtype, geometry.head_dim);
+                          geometry.dtype, geometry.head_dim,
+                          geometry.huge_pages);
     if (!s.ok()) return s.status();
     storage = std::move(*s);
     if (storage->page_stride_bytes() != geometry.bytes_per_page) {

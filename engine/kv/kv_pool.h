@@ -67,6 +67,9 @@ struct KvGeometry {
   int64_t linear_state_bytes_per_sequence = 0;  // 0 for dense models
   int64_t budget_bytes = 0;                     // the resolved budget
   int64_t max_context = 0;                      // model context length
+  // Back the keys and values with transparent huge pages (KvStorage::
+  // Create); a memory policy, not a shape: ComputeKvGeometry leaves it off.
+  bool huge_pages = false;
 };
 
 // Parses the "MemAvailable:  N kB" line of /proc/meminfo text into bytes.

@@ -22,10 +22,14 @@ int64_t StrideBytes(int64_t num_layers, int64_t row_bytes, int64_t page_size) {
   return RoundUpToOsPage(num_layers * 2 * page_size * row_bytes);
 }
 
-void* MapAnonymous(size_t bytes) {
+void* MapAnonymous(size_t bytes, bool huge_pages) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
+  if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+  if (huge_pages) madvise(p, bytes, MADV_HUGEPAGE);  // advice only
+#endif
+  return p;
 }
 
 absl::Status CheckShape(int64_t num_layers, int64_t kv_dim, int64_t page_size,
@@ -87,7 +91,7 @@ int64_t ResidentBytesOf(const void* addr, size_t length) {
 
 absl::StatusOr<std::unique_ptr<KvStorage>> KvStorage::Create(
     int64_t num_layers, int64_t kv_dim, int64_t page_size, int64_t num_pages,
-    KvDType dtype, int64_t head_dim) {
+    KvDType dtype, int64_t head_dim, bool huge_pages) {
   if (head_dim == 0) head_dim = kv_dim;
   if (absl::Status s = CheckShape(num_layers, kv_dim, page_size, num_pages,
                                   dtype, head_dim);
@@ -97,7 +101,7 @@ absl::StatusOr<std::unique_ptr<KvStorage>> KvStorage::Create(
   const int64_t stride =
       StrideBytes(num_layers, KvRowBytes(dtype, kv_dim), page_size);
   const size_t bytes = static_cast<size_t>(stride) * num_pages;
-  void* p = MapAnonymous(bytes);
+  void* p = MapAnonymous(bytes, huge_pages);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot map ", bytes, " bytes for ", num_pages, " KV pages"));
@@ -138,7 +142,7 @@ KvStorage::KvStorage(int64_t num_layers, int64_t kv_dim, int64_t page_size,
     std::abort();
   }
   mapped_bytes_ = static_cast<size_t>(page_stride_bytes_) * num_pages;
-  data_ = static_cast<uint8_t*>(MapAnonymous(mapped_bytes_));
+  data_ = static_cast<uint8_t*>(MapAnonymous(mapped_bytes_, false));
   if (data_ == nullptr) {
     std::fprintf(stderr, "KvStorage: cannot map %zu bytes\n", mapped_bytes_);
     std::abort();

@@ -124,6 +124,15 @@ void AttendBlock(const AttentionBlock& b, float* scratch) {
     AttendTiled(b, scratch);
     return;
   }
+  if (b.kv_heads != 1) {
+    for (int64_t h = 0; h < b.kv_heads; ++h) {
+      AttentionBlock one = b;
+      one.kv_head = b.kv_head + h;
+      one.kv_heads = 1;
+      AttendBlock(one, scratch);
+    }
+    return;
+  }
   if (!FastPath(b.head_dim)) {
     AttendGeneric(b, scratch);
     return;

@@ -22,6 +22,10 @@ struct AttentionBlock {
   int64_t row_begin = 0;   // rows [row_begin, row_end) of the span
   int64_t row_end = 0;
   int64_t kv_head = 0;
+  // kv heads [kv_head, kv_head + kv_heads) in one pass (bf16 reads each key
+  // block for all of them in turn: their keys and values are side by side
+  // in a page); each head's results are bitwise those of a one-head block.
+  int64_t kv_heads = 1;
   int64_t group = 1;       // query heads per kv head
   int64_t head_dim = 0;
   const float* q = nullptr;  // row 0 of the span: [rows][q_stride] floats

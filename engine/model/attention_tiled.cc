@@ -298,7 +298,42 @@ int64_t AttendTiledScratchFloats(int64_t head_dim, int64_t group) {
 
 const char* AttendTiledIsa() { return attn_internal::KernelsFor(nullptr)->name; }
 
+namespace {
+
+// Calls fn(block, partials) for pieces of b's kv heads: one head each
+// unless the bf16 kernels take several (at most kAttnTiledRows / rows); a
+// piece's partial records follow the previous piece's heads.
+template <typename Fn>
+void ForHeadPieces(const AttentionBlock& b, float* partials,
+                   int64_t partial_stride, Fn fn) {
+  const bool together = b.kv->dtype() == KvDType::kBF16 &&
+                        AttendTiledVectorized(b.head_dim);
+  const int64_t rows = b.row_end - b.row_begin;
+  const int64_t most =
+      together ? std::max<int64_t>(1, kAttnTiledRows / std::max<int64_t>(1, rows))
+               : 1;
+  const int64_t head_partials =
+      rows * b.group * partial_stride * AttnPartialFloats(b.head_dim);
+  for (int64_t h = 0; h < b.kv_heads; h += most) {
+    AttentionBlock piece = b;
+    piece.kv_head = b.kv_head + h;
+    piece.kv_heads = std::min(most, b.kv_heads - h);
+    fn(piece, partials == nullptr ? nullptr : partials + h * head_partials);
+  }
+}
+
+}  // namespace
+
 void AttendTiledReference(const AttentionBlock& b) {
+  if (b.kv_heads != 1) {
+    for (int64_t h = 0; h < b.kv_heads; ++h) {
+      AttentionBlock one = b;
+      one.kv_head = b.kv_head + h;
+      one.kv_heads = 1;
+      AttendTiledReference(one);
+    }
+    return;
+  }
   for (int64_t r = b.row_begin; r < b.row_end; ++r) {
     for (int64_t g = 0; g < b.group; ++g) {
       const int64_t off = r * b.q_stride + (b.kv_head * b.group + g) * b.head_dim;
@@ -312,19 +347,37 @@ void AttendTiled(const AttentionBlock& b, float* scratch) {
     AttendTiledReference(b);
     return;
   }
-  attn_internal::KernelsFor(nullptr)->attend(b, 0, 0, nullptr, 0, scratch);
+  ForHeadPieces(b, nullptr, 0, [&](const AttentionBlock& piece, float*) {
+    attn_internal::KernelsFor(nullptr)->attend(piece, 0, 0, nullptr, 0,
+                                               scratch);
+  });
 }
 
 void AttendTiledPartial(const AttentionBlock& b, int64_t seg_begin,
                         int64_t seg_end, float* partials,
                         int64_t partial_stride, float* scratch) {
-  attn_internal::KernelsFor(nullptr)->attend(b, seg_begin, seg_end, partials,
-                                             partial_stride, scratch);
+  ForHeadPieces(b, partials, partial_stride,
+                [&](const AttentionBlock& piece, float* piece_partials) {
+                  attn_internal::KernelsFor(nullptr)->attend(
+                      piece, seg_begin, seg_end, piece_partials,
+                      partial_stride, scratch);
+                });
 }
 
 void CombineAttnPartials(const AttentionBlock& b, const float* partials,
                          int64_t partial_stride) {
   const int64_t hd = b.head_dim, rec_n = AttnPartialFloats(hd);
+  if (b.kv_heads != 1) {
+    const int64_t head_partials =
+        (b.row_end - b.row_begin) * b.group * partial_stride * rec_n;
+    for (int64_t h = 0; h < b.kv_heads; ++h) {
+      AttentionBlock one = b;
+      one.kv_head = b.kv_head + h;
+      one.kv_heads = 1;
+      CombineAttnPartials(one, partials + h * head_partials, partial_stride);
+    }
+    return;
+  }
   float run[kAttnMaxHeadDim + 2];
   for (int64_t r = b.row_begin; r < b.row_end; ++r) {
     for (int64_t g = 0; g < b.group; ++g) {

@@ -105,20 +105,40 @@ inline V16 ExpV(V16 x) {
   return x < -87.0f ? V16{} : y;
 }
 
-// Pairwise sum of 16 lanes: halves added lane by lane, 8 + 4 + 2 + 1.
+// Pairwise sum of 16 lanes: halves added lane by lane, 8 + 4 + 2 + 1
+// (a[i] + a[i + w] for w = 8, 4, 2, 1), by shuffles.
 inline float HSum(V16 v) {
-  float a[kL];
-  std::memcpy(a, &v, sizeof(a));
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
-  }
-  return a[0];
+  v = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9,
+                                  10, 11, 12, 13, 14, 15);
+  v = v + __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7,
+                                  4, 5, 6, 7);
+  v = v + __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                  2, 3, 2, 3);
+  v = v + __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                  1, 1, 1, 1);
+  return v[0];
 }
 
-inline float HMax(const float* s, int64_t n) {
-  float m = s[0];
-  for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
-  return m;
+inline V16 MaxV(V16 a, V16 b) { return a < b ? b : a; }
+
+// The largest of 16 lanes (exact: the order of a max does not matter).
+inline float HMaxV(V16 v) {
+  v = MaxV(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8,
+                                      9, 10, 11, 12, 13, 14, 15));
+  v = MaxV(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6,
+                                      7, 4, 5, 6, 7));
+  v = MaxV(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                      3, 2, 3, 2, 3));
+  v = MaxV(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                      1, 1, 1, 1, 1));
+  return v[0];
+}
+
+// Lanes at or past `valid` (counting from lane 0) set to -inf.
+inline V16 MaskFrom(V16 v, int64_t valid) {
+  const I32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const I32x16 keep = lane < static_cast<int32_t>(valid);
+  return keep ? v : Splat(-std::numeric_limits<float>::infinity());
 }
 
 // Where one tile of keys lives and the staged f32 copy the queries share.
@@ -238,12 +258,8 @@ void Scores(const float* const* qs, const float* kt, int64_t hd, V16* out) {
 // One query's online-softmax step over the tile: `valid` keys.
 template <int HV>
 void Update(V16 s, int64_t valid, const float* vt, int64_t hd, float* rec) {
-  float sa[kL];
-  std::memcpy(sa, &s, sizeof(sa));
-  for (int64_t j = valid; j < kL; ++j) {
-    sa[j] = -std::numeric_limits<float>::infinity();
-  }
-  const float tmax = HMax(sa, valid);
+  s = MaskFrom(s, valid);
+  const float tmax = HMaxV(s);
   const int64_t hv = HV > 0 ? HV : hd / kL;
   float* o = rec + 2;
   if (tmax > rec[0]) {
@@ -254,7 +270,7 @@ void Update(V16 s, int64_t valid, const float* vt, int64_t hd, float* rec) {
     }
     rec[0] = tmax;
   }
-  const V16 p = ExpV(LoadF(sa) - rec[0]);
+  const V16 p = ExpV(s - rec[0]);
   rec[1] = rec[1] + HSum(p);
   float pa[kL];
   std::memcpy(pa, &p, sizeof(pa));
@@ -407,24 +423,34 @@ inline float Bf16Float(uint32_t h) {
   return f;
 }
 
-// acc + the 16 lanes of pairs (32 bf16) times the pair (odd << 16 | even).
-inline V16 DotPairs(V16 acc, const uint16_t* pairs, uint32_t pair) {
+// 16 lanes of bf16 pairs (32 bf16), as they are.
+inline U32x16 LoadPairs(const uint16_t* pairs) {
+  U32x16 u;
+  std::memcpy(&u, pairs, sizeof(u));
+  return u;
+}
+
+// acc + the 16 lanes of pairs `k` times the pair (odd << 16 | even).
+inline V16 DotPairs(V16 acc, U32x16 k, uint32_t pair) {
 #if defined(__AVX512BF16__)
   __m512 a;
   std::memcpy(&a, &acc, sizeof(a));
-  const __m512i k = _mm512_loadu_si512(pairs);
-  a = _mm512_dpbf16_ps(a, (__m512bh)k, (__m512bh)_mm512_set1_epi32(pair));
+  __m512i kv;
+  std::memcpy(&kv, &k, sizeof(kv));
+  a = _mm512_dpbf16_ps(a, (__m512bh)kv, (__m512bh)_mm512_set1_epi32(pair));
   std::memcpy(&acc, &a, sizeof(a));
   return acc;
 #else
-  U32x16 u;
-  std::memcpy(&u, pairs, sizeof(u));
-  const U32x16 lo = u << 16, hi = u & 0xffff0000u;
+  const U32x16 lo = k << 16, hi = k & 0xffff0000u;
   V16 even, odd;
   std::memcpy(&even, &lo, sizeof(even));
   std::memcpy(&odd, &hi, sizeof(odd));
   return (acc + Bf16Float(pair >> 16) * odd) + Bf16Float(pair & 0xffffu) * even;
 #endif
+}
+
+inline V16 DotPairs(V16 acc, const uint16_t* pairs, uint32_t pair) {
+  return DotPairs(acc, LoadPairs(pairs), pair);
 }
 
 // Where a tile's bf16 pairs are: key pair row p at k + p * k_stride, value
@@ -441,7 +467,7 @@ struct Bf16Tile {
 Bf16Tile Bf16TileAt(const TileSource& s, int64_t t, int64_t n,
                     uint16_t* stage) {
   const KvStorage& kv = *s.kv;
-  const int64_t ps = kv.page_size(), hd = s.head_dim, kvd = kv.kv_dim();
+  const int64_t ps = kv.page_size(), hd = s.head_dim;
   const int64_t base = s.kv_head * hd;
   if (ps % kL == 0) {
     const auto* kb = reinterpret_cast<const uint16_t*>(
@@ -450,7 +476,7 @@ Bf16Tile Bf16TileAt(const TileSource& s, int64_t t, int64_t n,
         kv.value_block(s.pages[t / ps], s.layer));
     const int64_t slot = t % ps;
     return {kb + kv.Bf16KeyIndex(slot, base), ps * 2,
-            vb + kv.Bf16ValueIndex(slot, base), kvd * 2};
+            vb + kv.Bf16ValueIndex(slot, base), hd * 2};
   }
   uint16_t* ks = stage;                 // [hd / 2][16][2]
   uint16_t* vs = stage + hd * kL;       // [8][hd][2]
@@ -468,6 +494,37 @@ Bf16Tile Bf16TileAt(const TileSource& s, int64_t t, int64_t n,
     }
   }
   return {ks, kL * 2, vs, hd * 2};
+}
+
+// Asks for the keys and values of positions [t, t + n) of the head (n <= 64)
+// ahead of their use, when tiles lie in pages (page_size % 16 == 0): a tile
+// is one run of 32 * head_dim bytes of keys and one of values, in a page of
+// its own for 16-token pages, which the hardware prefetchers do not follow
+// from one page to the next.
+inline void PrefetchBf16Block(const TileSource& s, int64_t t, int64_t n) {
+  const KvStorage& kv = *s.kv;
+  const int64_t ps = kv.page_size(), hd = s.head_dim;
+  if (ps % kL != 0) return;
+  const int64_t base = s.kv_head * hd;
+  const int64_t value_bytes = hd * kL * 2;  // the tile's values, one run
+  for (int64_t j = 0; j < n; j += kL) {
+    const int64_t pos = t + j, slot = pos % ps;
+    const auto* kb = reinterpret_cast<const char*>(
+        reinterpret_cast<const uint16_t*>(
+            kv.key_block(s.pages[pos / ps], s.layer)) +
+        kv.Bf16KeyIndex(slot, base));
+    const auto* vb = reinterpret_cast<const char*>(
+        reinterpret_cast<const uint16_t*>(
+            kv.value_block(s.pages[pos / ps], s.layer)) +
+        kv.Bf16ValueIndex(slot, base));
+    const int64_t k_stride = ps * 4;  // bytes from one key pair row to next
+    for (int64_t p = 0; p < hd / 2; ++p) {
+      __builtin_prefetch(kb + p * k_stride, 0, 1);
+    }
+    for (int64_t b = 0; b < value_bytes; b += 64) {
+      __builtin_prefetch(vb + b, 0, 1);
+    }
+  }
 }
 
 // Scores of up to 4 queries (q pairs [hd / 2]): pair rows p = 0, 2, 4, ...
@@ -488,6 +545,7 @@ void ScoresBf16(const uint32_t* const* qp, const Bf16Tile& tile, int64_t hd,
 }
 
 constexpr int64_t kBlock = 64;  // bf16: keys per softmax step (4 tiles)
+constexpr int64_t kPrefetchKeys = 2 * kBlock;
 
 // One query's online-softmax step over a block of up to 64 keys (scores in
 // 4 lane groups s[0..3], `valid` keys): updates m, l and rescales o; writes
@@ -496,12 +554,12 @@ template <int HV>
 void SoftmaxBlockBf16(V16* s, int64_t valid, int64_t hd, float* rec,
                       uint32_t* w) {
   const int64_t ntile = (valid + kL - 1) / kL;
-  float sa[kBlock];
-  for (int64_t t = 0; t < 4; ++t) std::memcpy(sa + t * kL, &s[t], 64);
-  for (int64_t j = valid; j < ntile * kL; ++j) {
-    sa[j] = -std::numeric_limits<float>::infinity();
+  V16 m = Splat(-std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < ntile; ++t) {
+    s[t] = MaskFrom(s[t], valid - t * kL);
+    m = MaxV(m, s[t]);
   }
-  const float tmax = HMax(sa, valid);
+  const float tmax = HMaxV(m);
   const int64_t hv = HV > 0 ? HV : hd / kL;
   float* o = rec + 2;
   if (tmax > rec[0]) {
@@ -512,21 +570,21 @@ void SoftmaxBlockBf16(V16* s, int64_t valid, int64_t hd, float* rec,
     }
     rec[0] = tmax;
   }
+  // The weights rounded to bf16 (RNE), written in key order: as uint32
+  // pairs, w[u] = bf16(p[2u]) | bf16(p[2u + 1]) << 16 (masked keys weigh 0).
   V16 pr[4] = {};
-  uint32_t bits[kBlock];
+  auto* w16 = reinterpret_cast<uint16_t*>(w);
   for (int64_t t = 0; t < ntile; ++t) {
-    const V16 p = ExpV(LoadF(sa + t * kL) - rec[0]);
+    const V16 p = ExpV(s[t] - rec[0]);
     U32x16 u;
     std::memcpy(&u, &p, sizeof(u));
     const U32x16 pb = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const U32x16 pbf = pb << 16;
     std::memcpy(&pr[t], &pbf, sizeof(pbf));
-    std::memcpy(bits + t * kL, &pb, sizeof(pb));
+    const U16x16 h = __builtin_convertvector(pb, U16x16);
+    std::memcpy(w16 + t * kL, &h, sizeof(h));
   }
   rec[1] = rec[1] + HSum((pr[0] + pr[1]) + (pr[2] + pr[3]));
-  for (int64_t u = 0; u < (valid + 1) / 2; ++u) {
-    w[u] = (bits[2 * u + 1] << 16) | bits[2 * u];
-  }
 }
 
 // o += p v for NQ queries at once (each over its own np[q] pairs), sharing
@@ -535,10 +593,23 @@ template <int NQ, int HV>
 void PvBf16(float* const* o, const uint32_t* const* w, const int64_t* np,
             const Bf16Tile* tiles, int64_t max_pairs) {
   V16 acc[NQ][HV];
+  int64_t common = max_pairs;
   for (int q = 0; q < NQ; ++q) {
+    common = std::min(common, np[q]);
     for (int c = 0; c < HV; ++c) acc[q][c] = LoadF(o[q] + c * kL);
   }
-  for (int64_t u = 0; u < max_pairs; ++u) {
+  // Pairs every query has: each value vector loaded once for all of them.
+  for (int64_t u = 0; u < common; ++u) {
+    const Bf16Tile& tile = tiles[u / (kL / 2)];
+    const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
+    U32x16 vv[HV];
+    for (int c = 0; c < HV; ++c) vv[c] = LoadPairs(v + c * 32);
+    for (int q = 0; q < NQ; ++q) {
+      const uint32_t wq = w[q][u];
+      for (int c = 0; c < HV; ++c) acc[q][c] = DotPairs(acc[q][c], vv[c], wq);
+    }
+  }
+  for (int64_t u = common; u < max_pairs; ++u) {
     const Bf16Tile& tile = tiles[u / (kL / 2)];
     const uint16_t* v = tile.v + (u % (kL / 2)) * tile.v_stride;
     for (int q = 0; q < NQ; ++q) {
@@ -565,115 +636,169 @@ void PvBf16Any(float* o, const uint32_t* w, int64_t np, const Bf16Tile* tiles,
   }
 }
 
+// One kv head's queries [q_tile, nq) (rows from r0, `g` per row) over the
+// keys [t, t + n) (n <= 64) of one block: scores, the softmax step and P·V
+// into the segment records `seg` ([nq][rec]).
+template <int HV>
+void HeadBlockBf16(const AttentionBlock& b, const TileSource& src, int64_t r0,
+                   int64_t t, int64_t n, int64_t q_tile, int64_t nq,
+                   const uint32_t* qs, float* seg, uint16_t* stage) {
+  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t rec_n = AttnPartialFloats(hd);
+  constexpr int kNq = HV == 8 ? 2 : 4;  // queries whose PV runs together
+  const int64_t ntile = (n + kL - 1) / kL;
+  Bf16Tile tiles[4];
+  for (int64_t i = 0; i < ntile; ++i) {
+    tiles[i] = Bf16TileAt(src, t + i * kL, std::min(kL, n - i * kL),
+                          stage + i * 2 * hd * kL);
+  }
+  for (int64_t i = q_tile; i < nq; i += kNq) {
+    const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
+    const uint32_t* qp[4];
+    for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
+    V16 s[4][4];  // [tile][query]
+    for (int64_t tl = 0; tl < ntile; ++tl) {
+      if (nb == 4) {
+        ScoresBf16<4>(qp, tiles[tl], hd, s[tl]);
+      } else if (nb == 3) {
+        ScoresBf16<3>(qp, tiles[tl], hd, s[tl]);
+      } else if (nb == 2) {
+        ScoresBf16<2>(qp, tiles[tl], hd, s[tl]);
+      } else {
+        ScoresBf16<1>(qp, tiles[tl], hd, s[tl]);
+      }
+    }
+    uint32_t w[4][kBlock / 2];
+    int64_t np[4] = {0, 0, 0, 0};
+    float* o[4];
+    const uint32_t* wp[4];
+    int64_t max_pairs = 0;
+    for (int k = 0; k < nb; ++k) {
+      const int64_t qi = i + k;
+      const int64_t r = r0 + qi / g;
+      const int64_t valid = std::min(kBlock, b.start_pos + r + 1 - t);
+      V16 sq[4] = {s[0][k], s[1][k], s[2][k], s[3][k]};
+      float* rec = seg + qi * rec_n;
+      SoftmaxBlockBf16<HV>(sq, valid, hd, rec, w[k]);
+      np[k] = (valid + 1) / 2;
+      max_pairs = std::max(max_pairs, np[k]);
+      o[k] = rec + 2;
+      wp[k] = w[k];
+    }
+    if constexpr (HV > 0) {
+      if (nb == kNq) {
+        PvBf16<kNq, HV>(o, wp, np, tiles, max_pairs);
+      } else if (kNq == 4 && nb == 3) {  // a group of 3 (decode, GQA)
+        PvBf16<3, HV>(o, wp, np, tiles, max_pairs);
+      } else if (kNq == 4 && nb == 2) {
+        PvBf16<2, HV>(o, wp, np, tiles, max_pairs);
+      } else {
+        for (int k = 0; k < nb; ++k) {
+          PvBf16<1, HV>(o + k, wp + k, np + k, tiles, np[k]);
+        }
+      }
+    } else {
+      for (int k = 0; k < nb; ++k) {
+        PvBf16Any(o[k], wp[k], np[k], tiles, hd / kL);
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of the kv heads [b.kv_head, b.kv_head + b.kv_heads) with
+// (r1 - r0) * kv_heads <= kAttnTiledRows. Each key block is taken for every
+// head in turn (their keys and values lie side by side in a page: one
+// stream instead of one per head); each head's queries see exactly the
+// operations of a one-head pass.
 template <int HV>
 void AttendRowsBf16(const AttentionBlock& b, int64_t r0, int64_t r1,
                     int64_t seg_begin, int64_t seg_end, float* partials,
                     int64_t partial_stride, float* scratch) {
-  const int64_t hd = b.head_dim, g = b.group;
+  const int64_t hd = b.head_dim, g = b.group, nh = b.kv_heads;
   const int64_t rec_n = AttnPartialFloats(hd);
-  const int64_t nq = (r1 - r0) * g;
-  auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nq][hd / 2] pairs
-  float* run = scratch + nq * hd;                   // [nq][rec]
-  float* seg = run + nq * rec_n;                    // [nq][rec]
-  auto* stage = reinterpret_cast<uint16_t*>(seg + nq * rec_n);  // 4 tiles
+  const int64_t nq = (r1 - r0) * g;  // per head
+  const int64_t nqa = nq * nh;
+  auto* qs = reinterpret_cast<uint32_t*>(scratch);  // [nqa][hd / 2] pairs
+  float* run = scratch + nqa * hd;                  // [nqa][rec]
+  float* seg = run + nqa * rec_n;                   // [nqa][rec]
+  auto* stage = reinterpret_cast<uint16_t*>(seg + nqa * rec_n);  // 4 tiles
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t h = 0; h < g; ++h) {
-      const float* q = b.q + r * b.q_stride + (b.kv_head * g + h) * hd;
-      uint32_t* dst = qs + ((r - r0) * g + h) * hd;
-      for (int64_t p = 0; p < hd / 2; ++p) {
-        dst[p] = (RoundBf16Bits(q[2 * p + 1] * scale) << 16) |
-                 RoundBf16Bits(q[2 * p] * scale);
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t h = 0; h < g; ++h) {
+        const float* q =
+            b.q + r * b.q_stride + ((b.kv_head + hh) * g + h) * hd;
+        uint32_t* dst = qs + (hh * nq + (r - r0) * g + h) * hd;
+        for (int64_t p = 0; p < hd / 2; ++p) {
+          dst[p] = (RoundBf16Bits(q[2 * p + 1] * scale) << 16) |
+                   RoundBf16Bits(q[2 * p] * scale);
+        }
       }
     }
   }
   const bool full = partials == nullptr;
   if (full) {
-    for (int64_t i = 0; i < nq; ++i) InitRecord(run + i * rec_n, hd);
+    for (int64_t i = 0; i < nqa; ++i) InitRecord(run + i * rec_n, hd);
   }
   const int64_t max_keys = b.start_pos + r1;
   const int64_t last_seg = full ? AttnSegments(max_keys)
                                 : std::min(seg_end, AttnSegments(max_keys));
-  const TileSource src{b.kv, b.layer, b.page_table.data(), b.kv_head, hd};
-  constexpr int kNq = HV == 8 ? 2 : 4;  // queries whose PV runs together
+  // A head's records in `partials`: the block's rows times its group.
+  const int64_t head_partials =
+      (b.row_end - b.row_begin) * g * partial_stride * rec_n;
+  auto source = [&](int64_t hh) {
+    return TileSource{b.kv, b.layer, b.page_table.data(), b.kv_head + hh,
+                      hd};
+  };
   for (int64_t sg = full ? 0 : seg_begin; sg < last_seg; ++sg) {
     const int64_t k0 = sg * kAttnSegmentKeys;
     const int64_t k1 = std::min(k0 + kAttnSegmentKeys, max_keys);
     const int64_t first_row = std::max(r0, k0 - b.start_pos);
     const int64_t q_first = (first_row - r0) * g;
-    for (int64_t i = q_first; i < nq; ++i) InitRecord(seg + i * rec_n, hd);
-    for (int64_t t = k0; t < k1; t += kBlock) {
-      const int64_t n = std::min(kBlock, k1 - t);
-      const int64_t ntile = (n + kL - 1) / kL;
-      Bf16Tile tiles[4];
-      for (int64_t i = 0; i < ntile; ++i) {
-        tiles[i] = Bf16TileAt(src, t + i * kL, std::min(kL, n - i * kL),
-                              stage + i * 2 * hd * kL);
-      }
-      const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
-      for (int64_t i = q_tile; i < nq; i += kNq) {
-        const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
-        const uint32_t* qp[4];
-        for (int k = 0; k < 4; ++k) qp[k] = qs + std::min(i + k, nq - 1) * hd;
-        V16 s[4][4];  // [tile][query]
-        for (int64_t tl = 0; tl < ntile; ++tl) {
-          if (nb == 4) {
-            ScoresBf16<4>(qp, tiles[tl], hd, s[tl]);
-          } else if (nb == 3) {
-            ScoresBf16<3>(qp, tiles[tl], hd, s[tl]);
-          } else if (nb == 2) {
-            ScoresBf16<2>(qp, tiles[tl], hd, s[tl]);
-          } else {
-            ScoresBf16<1>(qp, tiles[tl], hd, s[tl]);
-          }
-        }
-        uint32_t w[4][kBlock / 2];
-        int64_t np[4] = {0, 0, 0, 0};
-        float* o[4];
-        const uint32_t* wp[4];
-        int64_t max_pairs = 0;
-        for (int k = 0; k < nb; ++k) {
-          const int64_t qi = i + k;
-          const int64_t r = r0 + qi / g;
-          const int64_t valid = std::min(kBlock, b.start_pos + r + 1 - t);
-          V16 sq[4] = {s[0][k], s[1][k], s[2][k], s[3][k]};
-          float* rec = seg + qi * rec_n;
-          SoftmaxBlockBf16<HV>(sq, valid, hd, rec, w[k]);
-          np[k] = (valid + 1) / 2;
-          max_pairs = std::max(max_pairs, np[k]);
-          o[k] = rec + 2;
-          wp[k] = w[k];
-        }
-        if constexpr (HV > 0) {
-          if (nb == kNq) {
-            PvBf16<kNq, HV>(o, wp, np, tiles, max_pairs);
-          } else {
-            for (int k = 0; k < nb; ++k) {
-              PvBf16<1, HV>(o + k, wp + k, np + k, tiles, np[k]);
-            }
-          }
-        } else {
-          for (int k = 0; k < nb; ++k) {
-            PvBf16Any(o[k], wp[k], np[k], tiles, hd / kL);
-          }
-        }
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t i = q_first; i < nq; ++i) {
+        InitRecord(seg + (hh * nq + i) * rec_n, hd);
       }
     }
-    for (int64_t i = q_first; i < nq; ++i) {
-      if (full) {
-        MergeRecord(run + i * rec_n, seg + i * rec_n, hd);
-      } else {
-        std::memcpy(partials + (i + (r0 - b.row_begin) * g) * partial_stride *
-                                   rec_n + sg * rec_n,
-                    seg + i * rec_n, rec_n * sizeof(float));
+    for (int64_t t = k0; t < k1; t += kBlock) {
+      const int64_t n = std::min(kBlock, k1 - t);
+      // Two blocks ahead, into the outer caches (prefetcht2): measured
+      // best for decode at 4K (L1 prefetches one block ahead were no
+      // faster than none).
+      if (t + kPrefetchKeys < k1) {
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          PrefetchBf16Block(source(hh), t + kPrefetchKeys,
+                            std::min(kBlock, k1 - t - kPrefetchKeys));
+        }
+      }
+      const int64_t q_tile = (std::max(first_row, t - b.start_pos) - r0) * g;
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        HeadBlockBf16<HV>(b, source(hh), r0, t, n, q_tile, nq,
+                          qs + hh * nq * hd, seg + hh * nq * rec_n, stage);
+      }
+    }
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t i = q_first; i < nq; ++i) {
+        const float* rec = seg + (hh * nq + i) * rec_n;
+        if (full) {
+          MergeRecord(run + (hh * nq + i) * rec_n, rec, hd);
+        } else {
+          std::memcpy(partials + hh * head_partials +
+                          (i + (r0 - b.row_begin) * g) * partial_stride *
+                              rec_n +
+                          sg * rec_n,
+                      rec, rec_n * sizeof(float));
+        }
       }
     }
   }
   if (full) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t h = 0; h < g; ++h) {
-        FinishRecord(run + ((r - r0) * g + h) * rec_n, hd,
-                     b.out + r * b.q_stride + (b.kv_head * g + h) * hd);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t h = 0; h < g; ++h) {
+          FinishRecord(run + (hh * nq + (r - r0) * g + h) * rec_n, hd,
+                       b.out + r * b.q_stride + ((b.kv_head + hh) * g + h) * hd);
+        }
       }
     }
   }
@@ -683,8 +808,9 @@ template <int HV>
 void AttendAllRowsBf16(const AttentionBlock& b, int64_t seg_begin,
                        int64_t seg_end, float* partials,
                        int64_t partial_stride, float* scratch) {
-  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += kAttnTiledRows) {
-    const int64_t r1 = std::min(b.row_end, r0 + kAttnTiledRows);
+  const int64_t step = std::max<int64_t>(1, kAttnTiledRows / b.kv_heads);
+  for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += step) {
+    const int64_t r1 = std::min(b.row_end, r0 + step);
     AttendRowsBf16<HV>(b, r0, r1, seg_begin, seg_end, partials,
                        partial_stride, scratch);
   }

@@ -463,24 +463,44 @@ void ForwardPass::PlanAttention(absl::Span<const SequenceSpan> batch) {
   const int64_t rec_n = AttnPartialFloats(weights_.config.head_dim);
   num_items_ = 0;
   num_splits_ = 0;
+  // Decode-sized spans read each key block for several kv heads at once
+  // (bf16: one stream per page instead of one per head), as long as there
+  // are about two items per thread; longer spans have rows enough.
+  int64_t units = 0;  // items of the short spans with one item per span
+  for (const SequenceSpan& sp : batch) {
+    if (sp.size() <= kAttnRowChunk) {
+      units += split_ok_ ? AttnSegments(sp.start_pos + sp.size()) : 1;
+    }
+  }
+  int64_t per_item = 1;
+  if (split_ok_ && kv_.dtype() == KvDType::kBF16 && units > 0) {
+    const int64_t pieces = std::clamp<int64_t>(
+        (2 * pool_.num_threads() + units - 1) / units, 1, kv_heads);
+    per_item = (kv_heads + pieces - 1) / pieces;
+  }
   int64_t split_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t size = batch[i].size();
     const int64_t segs = AttnSegments(batch[i].start_pos + size);
+    const int64_t step = size <= kAttnRowChunk ? per_item : 1;
+    const auto span = static_cast<int32_t>(i);
     if (split_ok_ && size <= kAttnRowChunk && segs > 1 &&
         split_rows + size <= kMaxSplitRows) {
-      // One item per (kv head, segment), partial records at `offset`.
+      // Partial records per (kv head, segment) at `offset`; items cover
+      // `step` heads, whose records follow one another.
+      auto offset = [&](int64_t h) {
+        return (split_rows * q_per_row + h * size * (q_per_row / kv_heads)) *
+               max_segments_ * rec_n;
+      };
       for (int64_t h = 0; h < kv_heads; ++h) {
-        const int64_t offset =
-            (split_rows * q_per_row + h * size * (q_per_row / kv_heads)) *
-            max_segments_ * rec_n;
-        splits_[num_splits_++] = {static_cast<int32_t>(i),
-                                  static_cast<int32_t>(h), offset};
+        splits_[num_splits_++] = {span, static_cast<int32_t>(h), offset(h)};
+      }
+      for (int64_t h = 0; h < kv_heads; h += step) {
+        const auto n = static_cast<int32_t>(std::min(step, kv_heads - h));
         for (int64_t sg = 0; sg < segs; ++sg) {
-          items_[num_items_++] = {static_cast<int32_t>(i),
-                                  static_cast<int32_t>(h), 0,
+          items_[num_items_++] = {span, static_cast<int32_t>(h), n, 0,
                                   static_cast<int32_t>(size),
-                                  static_cast<int32_t>(sg), offset};
+                                  static_cast<int32_t>(sg), offset(h)};
         }
       }
       split_rows += size;
@@ -488,9 +508,9 @@ void ForwardPass::PlanAttention(absl::Span<const SequenceSpan> batch) {
     }
     for (int64_t b = 0; b < size; b += kAttnRowChunk) {
       const int64_t e = std::min(size, b + kAttnRowChunk);
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        items_[num_items_++] = {static_cast<int32_t>(i),
-                                static_cast<int32_t>(h),
+      for (int64_t h = 0; h < kv_heads; h += step) {
+        const auto n = static_cast<int32_t>(std::min(step, kv_heads - h));
+        items_[num_items_++] = {span, static_cast<int32_t>(h), n,
                                 static_cast<int32_t>(b),
                                 static_cast<int32_t>(e), -1, -1};
       }
@@ -500,7 +520,7 @@ void ForwardPass::PlanAttention(absl::Span<const SequenceSpan> batch) {
 
 AttentionBlock ForwardPass::BlockFor(int64_t layer, const SequenceSpan& span,
                                      int64_t span_index, int32_t kv_head,
-                                     int32_t row_begin,
+                                     int32_t kv_heads, int32_t row_begin,
                                      int32_t row_end) {
   const ModelConfig& c = weights_.config;
   const int64_t first = span_first_row_[span_index];
@@ -512,6 +532,7 @@ AttentionBlock ForwardPass::BlockFor(int64_t layer, const SequenceSpan& span,
   block.row_begin = row_begin;
   block.row_end = row_end;
   block.kv_head = kv_head;
+  block.kv_heads = kv_heads;
   block.group = c.num_heads / c.num_kv_heads;
   block.head_dim = c.head_dim;
   block.q = q_.data() + first * c.q_dim();
@@ -536,7 +557,7 @@ void ForwardPass::Attention(int64_t layer,
       const AttnItem& item = items_[it];
       const AttentionBlock block =
           BlockFor(layer, batch[item.span], item.span, item.kv_head,
-                   item.row_begin, item.row_end);
+                   item.kv_heads, item.row_begin, item.row_end);
       if (item.segment < 0) {
         AttendBlock(block, scratch);
       } else {
@@ -550,7 +571,7 @@ void ForwardPass::Attention(int64_t layer,
     const SplitSpan& sp = splits_[i];
     const SequenceSpan& span = batch[sp.span];
     const AttentionBlock block =
-        BlockFor(layer, span, sp.span, sp.kv_head, 0,
+        BlockFor(layer, span, sp.span, sp.kv_head, 1, 0,
                  static_cast<int32_t>(span.size()));
     CombineAttnPartials(block, partials_.data() + sp.partial_offset,
                         max_segments_);

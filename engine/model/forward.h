@@ -134,7 +134,8 @@ class ForwardPass {
  private:
   struct AttnItem {  // one unit of attention work
     int32_t span;      // index into the batch
-    int32_t kv_head;
+    int32_t kv_head;   // kv heads [kv_head, kv_head + kv_heads)
+    int32_t kv_heads;
     int32_t row_begin;  // rows (tokens) of the span, relative
     int32_t row_end;
     int32_t segment;         // split over the context: the key segment;
@@ -159,7 +160,8 @@ class ForwardPass {
   void PlanAttention(absl::Span<const SequenceSpan> batch);
   AttentionBlock BlockFor(int64_t layer, const SequenceSpan& span,
                           int64_t span_index, int32_t kv_head,
-                          int32_t row_begin, int32_t row_end);
+                          int32_t kv_heads, int32_t row_begin,
+                          int32_t row_end);
   void Attention(int64_t layer, absl::Span<const SequenceSpan> batch);
   void LmHead(absl::Span<const SequenceSpan> batch, float* logits);
   void RmsNormRows(const float* x, const float* w, int64_t rows, float* out);

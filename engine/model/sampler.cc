@@ -301,9 +301,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
   int32_t token = 0;
   const bool penalties = AdjustsLogits() || allowed != nullptr;
   if (!penalties && params_.temperature == 0.0f) {
-    for (int32_t i = 1; i < vocab_size_; ++i) {
-      if (logits[i] > logits[token]) token = i;
-    }
+    token = static_cast<int32_t>(ArgMax(logits.data(), vocab_size_));
   } else if (!penalties && !HasFilters()) {
     token = DrawPlain(logits.data());
   } else {
@@ -322,9 +320,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> logits,
           "the grammar allows no token at this step");
     }
     if (params_.temperature == 0.0f) {
-      for (int32_t i = 1; i < vocab_size_; ++i) {
-        if (values[i] > values[token]) token = i;
-      }
+      token = static_cast<int32_t>(ArgMax(values, vocab_size_));
     } else if (!HasFilters()) {
       token = DrawPlain(values);
     } else {

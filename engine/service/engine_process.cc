@@ -148,6 +148,7 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   options.prefix_cache = flags.prefix_cache;
   options.max_image_pixels = flags.max_image_pixels;
   options.image_cache_bytes = flags.image_cache_bytes;
+  options.kv_huge_pages = flags.kv_huge_pages;
   const int64_t threads = flags.threads > 0
                               ? flags.threads
                               : std::max<int64_t>(

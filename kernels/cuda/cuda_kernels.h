@@ -295,6 +295,35 @@ cudaError_t PrefillAttention(const DeviceKvCache& kv, int64_t layer,
                              int64_t q_stride, float* out, int64_t out_stride,
                              cudaStream_t stream);
 
+// PrefillAttention's contract on bf16 tensor cores (mma.sync m16n8k16, f32
+// accumulation), FlashAttention-2 tiling: 64 query rows against tiles of 64
+// keys (32 for head_dim > 128) with an online softmax, so at most one tile
+// of scores per row exists at a time (in registers; no score matrix in
+// memory, any context length). Queries and keys/values are rounded to bf16
+// (exact for a bf16 cache) and the probabilities are rounded to bf16 before
+// they multiply V (the softmax denominator sums the rounded values), so
+// outputs differ from PrefillAttention by up to ~3e-3 for values in
+// [-1, 1] (more with an f32 cache: the keys' rounding moves the scores).
+// Any head_dim in [1, 256] (computed at 64, 128 or 256 with zero padding;
+// 64, 128 and 256 are the efficient ones). Same batch and cache contract as
+// PrefillAttention; a bf16 cache with head_dim 64/128/256 needs
+// page_stride_floats a multiple of 8.
+cudaError_t FlashPrefillAttention(const DeviceKvCache& kv, int64_t layer,
+                                  const AttentionBatch& batch,
+                                  const AttentionShape& shape, const float* q,
+                                  int64_t q_stride, float* out,
+                                  int64_t out_stride, cudaStream_t stream);
+
+// Self-test of the tensor-core tile FlashPrefillAttention is built from: one
+// warp computes C = A B (A 16 x 16, B 16 x 8 as bf16 bits, row-major; f32
+// products accumulated from zero) through the kernel's fragment loads, with
+// B read k-major into c[0, 128) and n-major into c[128, 256) (each 16 x 8,
+// row-major). shuffle_form computes the product with warp shuffles (the form
+// the CPU emulator runs) instead of the mma instruction. Tests compare it
+// with a host product to pin the fragment layout to the hardware.
+cudaError_t MmaBf16Tile(const uint16_t* a, const uint16_t* b, float* c,
+                        bool shuffle_form, cudaStream_t stream);
+
 // Bytes of workspace DecodeAttention needs for this batch size and
 // max_kv_len (the split partials; 0 when one split suffices or the shape is
 // invalid). Depends on the current device (the split count fills whole

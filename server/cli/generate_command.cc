@@ -47,8 +47,8 @@ constexpr char kUsage[] =
     "  --threads K           worker threads (default: all cores)\n"
     "  --device D            cpu (default), cuda or cuda:N (CUDA plugin)\n"
     "  --batch N             prefill chunk size (default 512)\n"
-    "  --kv-dtype T          KV cache storage: bf16 (default on the CPU), f16,\n"
-    "                        q8_0 or f32 (the default and only choice on a device)\n"
+    "  --kv-dtype T          KV cache storage: bf16 (default), f16, q8_0 or\n"
+    "                        f32 (a device takes bf16 or f32)\n"
     "  --ids                 print generated token ids instead of text\n"
     "  --ignore-eos          do not stop at end-of-sequence tokens\n";
 
@@ -58,7 +58,7 @@ struct Options {
   int64_t n = 64, threads = 0, batch = 512;
   SamplingParams sampling;
   DeviceSpec device;
-  std::optional<KvDType> kv_dtype;  // unset: bf16 on the CPU, f32 on a device
+  std::optional<KvDType> kv_dtype;  // unset: bf16
 };
 
 // Parses argv; returns an error message (empty on success).
@@ -292,7 +292,7 @@ class EngineSource : public TokenSource {
     const KvModelShape shape = KvModelShape::FromConfig(w->config);
     const int64_t page_bytes = RoundUpToOsPage(
         shape.num_attention_layers * 2 *
-        KvRowBytes(o.kv_dtype.value_or(KvDType::kF32), shape.kv_dim) *
+        KvRowBytes(o.kv_dtype.value_or(KvDType::kBF16), shape.kv_dim) *
         eo.page_size);
     const int64_t state_bytes = RoundUpToOsPage(
         shape.num_linear_layers *

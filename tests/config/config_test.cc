@@ -161,7 +161,7 @@ TEST(ConfigDefaultsTest, LibraryStructsHoldTheTableDefaults) {
   EXPECT_EQ(core.page_size, e.page_size);
   EXPECT_EQ(core.max_sequences, e.max_sequences);
   EXPECT_EQ(core.max_step_tokens, e.max_step_tokens);
-  // --kv-dtype: unset in both, meaning bf16 on the CPU, f32 on a device.
+  // --kv-dtype: unset in both, meaning bf16 (CPU and device).
   EXPECT_TRUE(e.kv_dtype.empty());
   EXPECT_FALSE(core.kv_dtype.has_value());
   EXPECT_EQ(e.port, 50053);  // the port the scheduler's default dials

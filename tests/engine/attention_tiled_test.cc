@@ -172,6 +172,58 @@ TEST(AttentionTiledTest, SplitOverTheContextIsBitwiseOnePass) {
   }
 }
 
+// A block of several kv heads (decode reads each key block for all of them
+// in turn) writes bitwise what one block per head writes, whole and split
+// over the context, for every dtype (the others loop over the heads).
+TEST(AttentionTiledTest, SeveralKvHeadsInOneBlockEqualOneBlockEach) {
+  std::vector<Shape> shapes = Shapes();
+  shapes.push_back({KvDType::kBF16, 16, 64, 20, 1, 1500, 1});  // > 16 heads
+  shapes.push_back({KvDType::kBF16, 16, 128, 4, 2, 2100, 3});
+  for (const Shape& s : shapes) {
+    Fixture f(s);
+    const int64_t heads = f.kv().kv_dim() / s.head_dim;
+    std::vector<float> each(f.out_floats(), -1.0f), all(f.out_floats(), -2.0f);
+    std::vector<float> scratch(AttentionScratchFloats(
+        s.start_pos + s.rows, s.head_dim, s.dtype, s.group));
+    for (int64_t h = 0; h < heads; ++h) {
+      AttendBlock(f.Block(h, each.data()), scratch.data());
+    }
+    AttentionBlock b = f.Block(0, all.data());
+    b.kv_heads = heads;
+    AttendBlock(b, scratch.data());
+    ASSERT_EQ(0, std::memcmp(each.data(), all.data(),
+                             each.size() * sizeof(float)))
+        << Name(s);
+    if (!AttendTiledVectorized(s.head_dim) || s.dtype == KvDType::kF32) {
+      continue;
+    }
+    // Split: heads [1, heads) in one block, segments in reverse order.
+    std::vector<float> split(f.out_floats(), -3.0f);
+    const int64_t segs = AttnSegments(s.start_pos + s.rows);
+    const int64_t rec = AttnPartialFloats(s.head_dim);
+    const int64_t per_head = s.rows * s.group * segs * rec;
+    std::vector<float> partials(heads * per_head, NAN);
+    AttentionBlock first = f.Block(0, split.data());
+    AttentionBlock rest = f.Block(1, split.data());
+    rest.kv_heads = heads - 1;
+    for (int64_t sg = segs - 1; sg >= 0; --sg) {
+      AttendTiledPartial(first, sg, sg + 1, partials.data(), segs,
+                         scratch.data());
+      if (heads > 1) {
+        AttendTiledPartial(rest, sg, sg + 1, partials.data() + per_head,
+                           segs, scratch.data());
+      }
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      CombineAttnPartials(f.Block(h, split.data()),
+                          partials.data() + h * per_head, segs);
+    }
+    ASSERT_EQ(0, std::memcmp(each.data(), split.data(),
+                             each.size() * sizeof(float)))
+        << "split " << Name(s);
+  }
+}
+
 TEST(AttentionTiledTest, RowsComputedAloneEqualTheBlock) {
   // Batch invariance: a query's result does not depend on the rows it is
   // computed with.
@@ -275,18 +327,38 @@ TEST(KvStorageDTypeTest, RoundTripsWithinTheTypesPrecision) {
     }
   }
   // bf16 is stored in dot-product pairs: key element i of slot s at
-  // [i / 2][s][i % 2], value element i at [s / 2][i][s % 2].
+  // [i / 2][s][i % 2], value element i = h * 64 + d at [h][s / 2][d][s % 2]
+  // (each head's values in the page contiguous).
   KvStorage kv(1, kv_dim, ps, 1, KvDType::kBF16, 64);
   kv.Write(0, 0, 5, k.data(), v.data());
   const auto* keys = reinterpret_cast<const uint16_t*>(kv.key_block(0, 0));
   const auto* vals = reinterpret_cast<const uint16_t*>(kv.value_block(0, 0));
   EXPECT_EQ(keys[(3 * ps + 5) * 2 + 1], F32ToBF16(k[7]));
-  EXPECT_EQ(vals[(2 * kv_dim + 7) * 2 + 1], F32ToBF16(v[7]));
+  EXPECT_EQ(vals[(2 * 64 + 7) * 2 + 1], F32ToBF16(v[7]));
+  EXPECT_EQ(vals[(((1 * ps / 2) + 2) * 64 + 3) * 2 + 1], F32ToBF16(v[64 + 3]));
+  EXPECT_EQ(keys[((32 + 1) * ps + 5) * 2 + 1], F32ToBF16(k[64 + 3]));
   // f16 keys are transposed: element i of slot 5 at [i][slot].
   KvStorage kv16(1, kv_dim, ps, 1, KvDType::kF16, 64);
   kv16.Write(0, 0, 5, k.data(), v.data());
   EXPECT_EQ(reinterpret_cast<const uint16_t*>(kv16.key_block(0, 0))[7 * ps + 5],
             F32ToF16(k[7]));
+}
+
+// Huge pages are advice on the mapping: the same bytes round-trip.
+TEST(KvStorageDTypeTest, HugePageStorageRoundTrips) {
+  auto kv = KvStorage::Create(4, 128, 16, 64, KvDType::kBF16, 64,
+                              /*huge_pages=*/true);
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  std::vector<float> k(128), v(128), rk(128), rv(128);
+  for (int i = 0; i < 128; ++i) {
+    k[i] = 0.25f * i;  // exact in bf16
+    v[i] = -0.5f * i;
+  }
+  (*kv)->Write(63, 3, 15, k.data(), v.data());
+  (*kv)->ReadKey(63, 3, 15, rk.data());
+  (*kv)->ReadValue(63, 3, 15, rv.data());
+  EXPECT_EQ(rk, k);
+  EXPECT_EQ(rv, v);
 }
 
 TEST(KvStorageDTypeTest, BadShapesAreRefusedWithTheNumbers) {

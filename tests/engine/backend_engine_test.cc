@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/core/engine_core.h"
 #include "engine/loader/model_loader.h"
 #include "engine/model/sampler.h"
@@ -50,7 +51,7 @@ EngineOptions Options(const DeviceSpec& device) {
   o.max_sequences = 4;
   o.max_step_tokens = 64;
   o.device = device;
-  // Like for like: the device KV cache is f32, the CPU default bf16.
+  // Like for like: both f32 (the exact reference; bf16 has its own test).
   o.kv_dtype = KvDType::kF32;
   if (!device.is_cpu()) o.backend_plugin_path = PDSERVE_TEST_PLUGIN;
   return o;
@@ -313,16 +314,32 @@ TEST(BackendEngineTest, MissingPluginFailsCreate) {
 }
 
 }  // namespace
-TEST(BackendEngineTest, DeviceRefuses16BitKvWithAClearError) {
+// The device KV cache is bf16 by default (as the CPU's), f32 on request;
+// bf16 through the plugin gives the CPU's bf16 tokens; f16 and q8_0 are
+// refused naming the flag.
+TEST(BackendEngineTest, DeviceKvIsBf16ByDefaultAndRefusesF16AndQ8) {
   std::shared_ptr<const ModelWeights> w = testing_util::TinyRandomModel(27);
-  ThreadPool threads(1);
+  ThreadPool threads(2);
   EngineOptions o = Options(kCuda0);
-  o.kv_dtype = KvDType::kBF16;
-  auto core = EngineCore::Create(w, &threads, o);
-  ASSERT_FALSE(core.ok());
-  EXPECT_EQ(core.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(core.status().message()),
-              HasSubstr("--kv-dtype bf16 is not supported on cuda:0"));
+  o.kv_dtype.reset();
+  auto dev = MakeEngine(w, &threads, o);
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->Geometry().dtype, KvDType::kBF16);
+  EngineOptions c = Options(DeviceSpec{});
+  c.kv_dtype = KvDType::kBF16;
+  auto cpu = MakeEngine(w, &threads, c);
+  ASSERT_NE(cpu, nullptr);
+  const auto seqs = ThreeSequences(w->config.vocab_size, SamplingParams{});
+  EXPECT_EQ(Play(*cpu, seqs, nullptr).tokens, Play(*dev, seqs, nullptr).tokens);
+  for (KvDType refused : {KvDType::kF16, KvDType::kQ8_0}) {
+    o.kv_dtype = refused;
+    auto core = EngineCore::Create(w, &threads, o);
+    ASSERT_FALSE(core.ok());
+    EXPECT_EQ(core.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(core.status().message()),
+                HasSubstr(absl::StrCat("--kv-dtype ", KvDTypeName(refused),
+                                       " is not supported on cuda:0")));
+  }
 }
 
 }  // namespace pdserve

@@ -75,7 +75,7 @@ function(pdserve_add_emu_test)
     FAIL_REGULAR_EXPRESSION "no CUDA device;EMU VIOLATION")
 endfunction()
 
-foreach(part elementwise matmul attention)
+foreach(part elementwise matmul attention flash_attention)
   pdserve_add_emu_test(TEST kernels_${part}_test
     LIBS pdserve_model pdserve_kv pdserve_kernels)
 endforeach()

@@ -3,6 +3,10 @@
 //   - stories260K f32 (fp32 path: f32 MatVec, cuBLAS f32 GEMM, the runner's
 //     any-head_dim fallback attention, decode graphs) and bf16 (the runner's
 //     f32 -> bf16 upload vs the CPU on the same bf16 weights);
+//   - stories260K with a bf16 KV cache on both sides (the runner's fused
+//     store rounds as the CPU's bf16 storage does);
+//   - the tensor-core flash prefill attention (head_dim 8, zero-padded)
+//     forced onto short prompts, f32 and bf16 caches;
 //   - SmolLM2-135M Q4_1 (quantized MatVec, the kernel library's prefill and
 //     decode attention), when cached;
 //   - batched steps equal to running each sequence alone.
@@ -34,8 +38,9 @@ constexpr int kGenerate = 64;
 
 std::unique_ptr<ForwardBackend> MakeRunner(const ModelWeights& w,
                                            const RunnerOptions& o,
-                                           int64_t pages = kPages) {
-  auto r = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, pages, 8),
+                                           int64_t pages = kPages,
+                                           KvDType kv = KvDType::kF32) {
+  auto r = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, pages, 8, kv),
                             kMaxTokens, o);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? std::move(*r) : nullptr;
@@ -54,12 +59,12 @@ std::vector<int32_t> Prompt(int64_t n, int64_t vocab, int32_t seed) {
 }
 
 // Greedy over kGenerate tokens: the GPU equals the CPU (prompt in one span
-// of `chunk` tokens or fewer).
+// of `chunk` tokens or fewer), both storing keys and values as `kv`.
 void ExpectGreedyEqual(const ModelWeights& cpu_w, const ModelWeights& gpu_w,
                        const RunnerOptions& o, int64_t prompt_len,
-                       int64_t chunk) {
-  CpuRef cpu(cpu_w, kPages, kMaxTokens);
-  std::unique_ptr<ForwardBackend> gpu = MakeRunner(gpu_w, o);
+                       int64_t chunk, KvDType kv = KvDType::kF32) {
+  CpuRef cpu(cpu_w, kPages, kMaxTokens, kv);
+  std::unique_ptr<ForwardBackend> gpu = MakeRunner(gpu_w, o, kPages, kv);
   ASSERT_NE(gpu, nullptr);
   const int64_t vocab = cpu_w.config.vocab_size;
   const std::vector<int32_t> prompt = Prompt(prompt_len, vocab, 7);
@@ -116,6 +121,17 @@ TEST(CudaModelTest, Stories260KFp32LongPromptGemmEqualsCpu) {
   ExpectGreedyEqual(*w, *w, RunnerOptions{}, 40, 40);
 }
 
+TEST(CudaModelTest, Stories260KBf16KvGreedyEqualsCpuBf16Kv) {
+  SKIP_WITHOUT_DEVICE();
+  auto w = LoadStories();
+  if (w == nullptr) GTEST_SKIP() << "stories260K not available";
+  RunnerOptions o;
+  ExpectGreedyEqual(*w, *w, o, 6, 8, KvDType::kBF16);    // decode graphs
+  ExpectGreedyEqual(*w, *w, o, 40, 40, KvDType::kBF16);  // one 40-row span
+  o.use_graphs = false;
+  ExpectGreedyEqual(*w, *w, o, 6, 8, KvDType::kBF16);  // eager decode
+}
+
 TEST(CudaModelTest, Stories260KBf16GreedyEqualsCpuOnBf16Weights) {
   SKIP_WITHOUT_DEVICE();
   auto w = LoadStories();
@@ -159,20 +175,21 @@ TEST(CudaModelTest, AllLogitsRowsMatchCpu) {
             100 * w->config.num_layers * 2 * w->config.kv_dim() * 4);
 }
 
-// The cuBLAS (TF32 tensor-core) attention of long single spans, forced on
-// (chunks of 24 query rows) for a 100-token stories260K prompt (all
-// logits), plus a chunk continuing it (start_pos > 0): close to the CPU (TF32
-// rounds the inputs to 10-bit mantissas, so the bound is loose) and the same
-// top-1 on nearly all rows.
-TEST(CudaModelTest, GemmAttentionMatchesCpu) {
-  SKIP_WITHOUT_DEVICE();
+// The tensor-core flash prefill attention (bf16 queries, keys, values and
+// probabilities; stories260K's head_dim 8 zero-padded to 64), forced onto a
+// 100-token stories260K prompt (all logits) and a 30-token chunk continuing
+// it (start_pos > 0), with an f32 and a bf16 cache: close to the CPU and
+// the same top-1 on nearly all rows. The bound is loose: bf16 keeps 8
+// significant bits (TF32, which the cuBLAS attention this replaced used,
+// 11 and passed 3e-2), and this tiny model amplifies rounding through its
+// layers (0.04-0.11 seen on the CPU emulator).
+void ExpectFlashAttentionTracksCpu(KvDType kv) {
   auto w = LoadStories();
   if (w == nullptr) GTEST_SKIP() << "stories260K not available";
-  CpuRef cpu(*w, kPages, kMaxTokens);
+  CpuRef cpu(*w, kPages, kMaxTokens, kv);
   RunnerOptions o;
-  o.gemm_attention_min_rows = 16;
-  o.gemm_attention_chunk = 24;  // several chunks of rows per span
-  std::unique_ptr<ForwardBackend> gpu = MakeRunner(*w, o);
+  o.flash_attention_min_rows = 16;
+  std::unique_ptr<ForwardBackend> gpu = MakeRunner(*w, o, kPages, kv);
   ASSERT_NE(gpu, nullptr);
   const int64_t vocab = w->config.vocab_size;
   const std::vector<int32_t> prompt = Prompt(130, vocab, 5);
@@ -197,9 +214,15 @@ TEST(CudaModelTest, GemmAttentionMatchesCpu) {
       }
       same_top += Argmax(a, vocab) == Argmax(b, vocab);
     }
-    EXPECT_LT(worst, 3e-2f) << "span [" << begin << ", " << end << ")";
+    EXPECT_LT(worst, 0.15f) << "span [" << begin << ", " << end << ")";
     EXPECT_GE(same_top, (end - begin) * 9 / 10);
   }
+}
+
+TEST(CudaModelTest, FlashAttentionTracksCpu) {
+  SKIP_WITHOUT_DEVICE();
+  ExpectFlashAttentionTracksCpu(KvDType::kF32);
+  ExpectFlashAttentionTracksCpu(KvDType::kBF16);
 }
 
 // Several sequences at different positions in one step (decode rows padded

@@ -8,15 +8,21 @@
 //   - an LM head in several chunks (vocab 100000: the double-buffered
 //     device -> pinned -> host logits copies).
 //   - eager decode batches (above the graph bucket limit, graphs off) and
-//     quantized weights (Q8_0 / Q4_0: dequantize + bf16 GEMM, MatVec).
+//     quantized weights (Q8_0 / Q4_0: bf16 copies made once at creation,
+//     or dequantized per product, for the GEMM; MatVec);
+//   - a bf16 KV cache: a 150-token prompt through the tensor-core flash
+//     prefill attention, then batched decode steps, against the CPU with a
+//     bf16 cache.
 // Every test skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/plugin/cuda_runner.h"
+#include "kernels/cuda/plugin/runner_internal.h"
 #include "tests/engine/model_test_util.h"
 #include "tests/gpu/model_gpu_test_util.h"
 
@@ -44,9 +50,8 @@ float WorstRelative(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
-// Qwen3 tiny model (head_dim 64): 12 sequences prefilled alone, then decoded
-// together for 5 steps; every step's logits equal the CPU's.
-void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
+// A tiny Qwen3 (q/k norm): 2 layers, 4 heads / 2 KV heads of 64, vocab 96.
+TinyShape Qwen3Tiny() {
   TinyShape shape;
   shape.arch = Architecture::kQwen3;
   shape.vocab = 96;
@@ -56,7 +61,13 @@ void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.head_dim = 64;
-  auto m = MakeTinyModel(shape);
+  return shape;
+}
+
+// Qwen3 tiny model (head_dim 64): 12 sequences prefilled alone, then decoded
+// together for 5 steps; every step's logits equal the CPU's.
+void ExpectQwen3BatchedDecodeEqualsCpu(const RunnerOptions& options) {
+  auto m = MakeTinyModel(Qwen3Tiny());
   const ModelWeights& w = m->weights;
   constexpr int64_t kPages = 64, kMaxTokens = 64, kPagesPerSeq = 4;
   constexpr int kSeqs = 12, kSteps = 5;
@@ -127,13 +138,50 @@ TEST(CudaTinyModelTest, Qwen3HeadDim64EagerDecodeEqualsCpu) {
 }
 
 // Quantized weights (Q8_0, Q4_0) on a 48-token prompt with all logits, in
-// spans of 40 (products of more than 32 rows: dequantized to bf16 for
-// cuBLAS, activations rounded to bf16), 1 and 7 rows (quantized MatVec, f32
-// activations), against the double-precision reference on the dequantized
-// weights (ReferenceLogits). The random tiny model amplifies rounding (the
-// CPU, which quantizes activations to 8 bits, is off by up to ~0.2 here), so
-// the GPU must be within 0.1 relative, no worse than the CPU, and agree on
-// the argmax of nearly every row.
+// spans of 40 (products of more than 32 rows: bf16 GEMM, activations rounded
+// to bf16), 1 and 7 rows (quantized MatVec, f32 activations), against the
+// double-precision reference on the dequantized weights (ReferenceLogits).
+// The random tiny model amplifies rounding (the CPU, which quantizes
+// activations to 8 bits, is off by up to ~0.2 here), so the GPU must be
+// within 0.1 relative, no worse than the CPU, and agree on the argmax of
+// nearly every row. The GEMM's bf16 weights come from copies converted once
+// at creation (kBf16: no dequantization in any step) or from a per-product
+// dequantization (kPerStep): the same values, so the same logits bit for bit.
+std::vector<float> QuantizedLogits(const ModelWeights& w,
+                                   RunnerOptions::QuantizedGemm mode,
+                                   const std::vector<int32_t>& prompt,
+                                   int64_t begin, int64_t end,
+                                   int64_t* per_step_dequantizations) {
+  constexpr int64_t kPages = 16, kMaxTokens = 64;
+  RunnerOptions o;
+  o.quantized_gemm = mode;
+  auto gpu = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, kPages, 4),
+                              kMaxTokens, o);
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  if (!gpu.ok()) return {};
+  const std::vector<int32_t> pages = Pages(0, 4);
+  std::vector<float> logits;
+  for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 40}, {40, 41}, {41, 48}}) {
+    SequenceSpan s;
+    s.tokens = absl::MakeConstSpan(prompt.data() + b, e - b);
+    s.start_pos = b;
+    s.page_table = pages;
+    s.all_logits = true;
+    std::vector<float> got((e - b) * w.config.vocab_size);
+    const absl::Status st = (*gpu)->Run({&s, 1}, absl::MakeSpan(got), nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+    if (b == begin && e == end) logits = got;
+  }
+  const auto* runner = dynamic_cast<cuda_runner::CudaRunner*>(gpu->get());
+  EXPECT_NE(runner, nullptr);
+  *per_step_dequantizations = runner->per_step_dequantizations();
+  EXPECT_THAT((*gpu)->Describe(),
+              ::testing::HasSubstr(mode == RunnerOptions::QuantizedGemm::kBf16
+                                       ? "quantized GEMM weights as bf16"
+                                       : "dequantized per step"));
+  return logits;
+}
+
 TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
   SKIP_WITHOUT_DEVICE();
   for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
@@ -144,11 +192,8 @@ TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
     shape.dtype = type;
     auto m = MakeTinyModel(shape);
     const ModelWeights& w = m->weights;
-    constexpr int64_t kPages = 16, kMaxTokens = 64, kRows = 48;
-    CpuRef cpu(w, kPages, kMaxTokens);
-    auto gpu = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, kPages, 4),
-                                kMaxTokens, RunnerOptions{});
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    constexpr int64_t kRows = 48;
+    CpuRef cpu(w, 16, 64);
     std::vector<int32_t> prompt(kRows);
     for (int64_t t = 0; t < kRows; ++t) {
       prompt[t] = static_cast<int32_t>((t * 37) % 125 + 3);
@@ -163,11 +208,19 @@ TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
       s.start_pos = begin;
       s.page_table = pages;
       s.all_logits = true;
-      std::vector<float> cpu_l((end - begin) * vocab), got(cpu_l.size());
+      std::vector<float> cpu_l((end - begin) * vocab);
       ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(cpu_l), nullptr).ok());
-      const absl::Status st =
-          (*gpu)->Run({&s, 1}, absl::MakeSpan(got), nullptr);
-      ASSERT_TRUE(st.ok()) << st;
+      int64_t converted_dequant = -1, per_step_dequant = -1;
+      const std::vector<float> got =
+          QuantizedLogits(w, RunnerOptions::QuantizedGemm::kBf16, prompt, begin,
+                          end, &converted_dequant);
+      const std::vector<float> per_step =
+          QuantizedLogits(w, RunnerOptions::QuantizedGemm::kPerStep, prompt,
+                          begin, end, &per_step_dequant);
+      ASSERT_EQ(got.size(), cpu_l.size());
+      EXPECT_EQ(got, per_step) << DTypeName(type) << " span at " << begin;
+      EXPECT_EQ(converted_dequant, 0) << DTypeName(type);
+      EXPECT_GT(per_step_dequant, 0) << DTypeName(type);
       float worst_gpu = 0.0f, worst_cpu = 0.0f;
       int same_top = 0;
       for (int64_t r = 0; r < end - begin; ++r) {
@@ -185,6 +238,124 @@ TEST(CudaTinyModelTest, QuantizedWeightsTrackReference) {
   }
 }
 
+// A bf16 KV cache on both sides: a 150-token Qwen3 prompt (head_dim 64, GQA
+// 2) in one step takes the tensor-core flash prefill attention (bf16
+// queries and probabilities: close to the CPU, same top-1 on nearly every
+// row), then 4 sequences decode 3 steps together (the decode kernel reading
+// the bf16 cache). Keys computed in f32 that differ in their last bits
+// (device vs CPU products) can round to neighbouring bf16 values, which on
+// this random model moves logits by up to ~1e-2 even without the flash
+// step, so every comparison has the prompt's bound.
+TEST(CudaTinyModelTest, Bf16KvFlashPrefillThenDecodeTrackCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto m = MakeTinyModel(Qwen3Tiny());
+  const ModelWeights& w = m->weights;
+  constexpr int64_t kPages = 64, kMaxTokens = 160, kLong = 150;
+  CpuRef cpu(w, kPages, kMaxTokens, KvDType::kBF16);
+  auto gpu = CreateCudaRunner(
+      w, MakeGeometry(w.config, kPageSize, kPages, 8, KvDType::kBF16),
+      kMaxTokens, RunnerOptions{});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int64_t vocab = w.config.vocab_size;
+  std::vector<int32_t> prompt(kLong);
+  for (int64_t t = 0; t < kLong; ++t) {
+    prompt[t] = static_cast<int32_t>((t * 29 + 7) % 90 + 3);
+  }
+  const std::vector<int32_t> long_pages = Pages(0, 10);
+  SequenceSpan s;
+  s.tokens = prompt;
+  s.page_table = long_pages;
+  s.all_logits = true;
+  std::vector<float> want(kLong * vocab), got(kLong * vocab);
+  ASSERT_TRUE(cpu.fp->Run({&s, 1}, absl::MakeSpan(want), nullptr).ok());
+  absl::Status st = (*gpu)->Run({&s, 1}, absl::MakeSpan(got), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  int same_top = 0;
+  float worst = 0.0f;
+  for (int64_t r = 0; r < kLong; ++r) {
+    worst = std::max(worst, WorstRelative(want.data() + r * vocab,
+                                          got.data() + r * vocab, vocab));
+    same_top += Argmax(want.data() + r * vocab, vocab) ==
+                Argmax(got.data() + r * vocab, vocab);
+  }
+  EXPECT_LT(worst, 3e-2f);
+  EXPECT_GE(same_top, kLong * 9 / 10);
+  // Decode: the long sequence and three short ones, 3 steps.
+  std::vector<std::vector<int32_t>> pages = {long_pages, Pages(10, 2),
+                                             Pages(12, 2), Pages(14, 2)};
+  std::vector<int64_t> pos = {kLong, 0, 0, 0};
+  std::vector<int32_t> next = {Argmax(want.data() + (kLong - 1) * vocab, vocab),
+                               1, 5, 9};
+  for (int step = 0; step < 3; ++step) {
+    std::vector<SequenceSpan> batch(4);
+    for (int i = 0; i < 4; ++i) {
+      batch[i].tokens = absl::MakeConstSpan(&next[i], 1);
+      batch[i].start_pos = pos[i];
+      batch[i].page_table = pages[i];
+    }
+    std::vector<float> a(4 * vocab), b(4 * vocab);
+    ASSERT_TRUE(cpu.fp->Run(batch, absl::MakeSpan(a), nullptr).ok());
+    st = (*gpu)->Run(batch, absl::MakeSpan(b), nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_LT(
+          WorstRelative(a.data() + i * vocab, b.data() + i * vocab, vocab),
+          3e-2f)
+          << "step " << step << " sequence " << i;
+      next[i] = Argmax(a.data() + i * vocab, vocab);
+      ++pos[i];
+    }
+  }
+}
+
+// RunnerOptions::step_timing: one (busy, gap) pair per step, graph and
+// eager, sampled or not; the first gap after a take is 0; a take empties
+// the record; without the option nothing is recorded.
+TEST(CudaTinyModelTest, StepTimingsCoverEveryStep) {
+  SKIP_WITHOUT_DEVICE();
+  TinyShape shape;
+  auto m = MakeTinyModel(shape);
+  const ModelWeights& w = m->weights;
+  for (bool timing : {true, false}) {
+    RunnerOptions o;
+    o.step_timing = timing;
+    auto gpu =
+        CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, 8, 4), 32, o);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto* runner = dynamic_cast<cuda_runner::CudaRunner*>(gpu->get());
+    ASSERT_NE(runner, nullptr);
+    const std::vector<int32_t> prompt = {1, 5, 9, 14, 3};
+    const std::vector<int32_t> pages = Pages(0, 2);
+    SequenceSpan s;
+    s.tokens = prompt;
+    s.page_table = pages;
+    std::vector<float> logits(w.config.vocab_size);
+    ASSERT_TRUE((*gpu)->Run({&s, 1}, absl::MakeSpan(logits), nullptr).ok());
+    int32_t token = 7;
+    DeviceSamplingParams p;
+    SampledToken out;
+    for (int i = 0; i < 4; ++i) {  // eager, then captured, then replays
+      s.tokens = absl::MakeConstSpan(&token, 1);
+      s.start_pos = static_cast<int64_t>(prompt.size()) + i;
+      ASSERT_TRUE(
+          (*gpu)->RunAndSample({&s, 1}, {&p, 1}, {&out, 1}, nullptr).ok());
+    }
+    auto t = runner->TakeStepTimings();
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->size(), timing ? 5u : 0u);
+    for (size_t i = 0; i < t->size(); ++i) {
+      EXPECT_GE((*t)[i].busy_ms, 0.0) << i;
+      EXPECT_GE((*t)[i].gap_ms, 0.0) << i;
+    }
+    if (timing) {
+      EXPECT_EQ((*t)[0].gap_ms, 0.0);
+    }
+    auto again = runner->TakeStepTimings();
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(again->empty());
+  }
+}
+
 TEST(CudaTinyModelTest, LmHeadInSeveralChunksEqualsCpu) {
   SKIP_WITHOUT_DEVICE();
   TinyShape shape;
@@ -197,8 +368,8 @@ TEST(CudaTinyModelTest, LmHeadInSeveralChunksEqualsCpu) {
   constexpr int64_t kPages = 32, kMaxTokens = 512, kRows = 400;
   CpuRef cpu(w, kPages, kMaxTokens);
   RunnerOptions o;
-  o.max_graph_batch = 16;         // else the chunk is at least the graph bucket
-  o.gemm_attention_min_rows = 0;  // f32 attention: compare at 1e-3
+  o.max_graph_batch = 16;  // else the chunk is at least the graph bucket
+  o.flash_attention_min_rows = 0;  // f32 attention: compare at 1e-3
   auto gpu = CreateCudaRunner(w, MakeGeometry(w.config, kPageSize, kPages, 4),
                               kMaxTokens, o);
   ASSERT_TRUE(gpu.ok()) << gpu.status();

@@ -102,11 +102,13 @@ inline std::unique_ptr<ModelWeights> ToBf16(const ModelWeights& w) {
 using StepFn = std::function<absl::Status(absl::Span<const SequenceSpan>,
                                           absl::Span<float>)>;
 
-// The CPU reference: ForwardPass over host KvStorage.
+// The CPU reference: ForwardPass over host KvStorage of `dtype`.
 struct CpuRef {
-  CpuRef(const ModelWeights& w, int64_t num_pages, int64_t max_tokens)
+  CpuRef(const ModelWeights& w, int64_t num_pages, int64_t max_tokens,
+         KvDType dtype = KvDType::kF32)
       : pool(2),
-        kv(w.config.num_kv_layers(), w.config.kv_dim(), kPageSize, num_pages),
+        kv(w.config.num_kv_layers(), w.config.kv_dim(), kPageSize, num_pages,
+           dtype, w.config.head_dim),
         fp(ForwardPass::Create(w, kv, pool, max_tokens).value()) {}
   StepFn fn() {
     return [this](absl::Span<const SequenceSpan> b, absl::Span<float> l) {

@@ -96,8 +96,8 @@ TEST(MatMulPackedTest, FloatTypesAcceptAnyColumnCount) {
   ThreadPool pool(2);
   for (const IsaKernels* k : PackingKernels()) {
     for (DType type : {DType::kF16, DType::kBF16}) {
-      for (int64_t cols : {1, 5, 15, 17, 31, 33, 63, 65, 100, 129}) {
-        for (int64_t n_tokens : {1, 3, 4, 7}) {
+      for (int64_t cols : {1, 5, 15, 17, 31, 33, 63, 65, 100, 129, 4257}) {
+        for (int64_t n_tokens : {1, 3, 4, 7, 25}) {
           CheckAgainstReference(*k, type, 9, cols, n_tokens, pool, true);
         }
       }
@@ -113,7 +113,9 @@ TEST(MatMulPackedTest, BatchInvariantBitwiseAndIgnoresPastColumns) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (const IsaKernels* k : PackingKernels()) {
     for (DType type : kAllTypes) {
-      for (int64_t cols : {int64_t{352}, int64_t{131}}) {
+      // 4,257 columns: a prefill of more than one token tile cuts float
+      // matrices into 2,048-column spans; the sums must not change.
+      for (int64_t cols : {int64_t{352}, int64_t{131}, int64_t{4257}}) {
         if (kernels_internal::IsQuantized(type) && cols % 32 != 0) continue;
         SCOPED_TRACE(std::string(k->name) + " " + DTypeName(type) +
                      " cols=" + std::to_string(cols));

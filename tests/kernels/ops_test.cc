@@ -195,6 +195,44 @@ TEST(OpsTest, LogSumExpEveryLevel) {
             kernels_internal::ActiveKernels().log_sum_exp(x.data(), 100));
 }
 
+// Every level's ArgMax picks what the scalar loop picks: ties to the first,
+// NaNs never (unless in front), infinities, every tail length.
+TEST(OpsTest, ArgMaxEveryLevelIsTheScalarLoop) {
+  const float inf = INFINITY, nan = NAN;
+  std::vector<std::vector<float>> cases = {
+      {3.0f},
+      {1.0f, 5.0f, 5.0f, 2.0f},
+      {nan, 1.0f, 9.0f},
+      {1.0f, nan, 9.0f, nan},
+      {-inf, -inf, -inf},
+      {-inf, -3.0f, -inf},
+      {0.0f, inf, inf, 1.0f},
+      {-0.0f, 0.0f},
+  };
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 1000, 49152}) {
+    for (uint32_t seed : {1u, 2u}) {
+      std::vector<float> x = Random(n, seed + static_cast<uint32_t>(n), 4.0f);
+      cases.push_back(x);
+      x[n - 1] = 100.0f;  // the maximum in the tail
+      cases.push_back(x);
+      x[n / 2] = 100.0f;  // and tied earlier
+      cases.push_back(x);
+    }
+  }
+  for (const auto* k : kernels_internal::SupportedKernels()) {
+    SCOPED_TRACE(k->name);
+    for (const std::vector<float>& x : cases) {
+      const auto n = static_cast<int64_t>(x.size());
+      ASSERT_EQ(k->arg_max(x.data(), n),
+                kernels_internal::ArgMaxScalar(x.data(), n))
+          << "n=" << n;
+    }
+    EXPECT_EQ(k->arg_max(nullptr, 0), 0);
+  }
+  const std::vector<float> x = {1.0f, 7.0f, 7.0f};
+  EXPECT_EQ(ArgMax(x.data(), 3), 1);
+}
+
 TEST(OpsTest, DotAndAxpyEveryLevel) {
   for (const auto* k : kernels_internal::SupportedKernels()) {
     for (int64_t n : {0, 1, 3, 8, 15, 16, 17, 31, 64, 100, 1000}) {

@@ -3,8 +3,10 @@
 
 Each case writes a results folder as gpu-check.sh leaves it and checks the
 verdict: a complete run passes; a missing or skipped phase, all gpu tests
-skipped, a failed test, a missing figure or no device name each fail it
-with a reason naming what is wrong, and the exit status follows.
+skipped, a failed test, a missing figure (measured peaks, decode batches,
+prefill, decode attention at 4K/32K, ITL p99/p50, GPU idle, kernel rows)
+or no device name each fail it with a reason naming what is wrong, and the
+exit status follows. Goals are reported per figure and never fail a run.
 """
 import json
 import os
@@ -34,20 +36,39 @@ def junit(passed=3, skipped=0, failed=0):
     return "<testsuite>%s</testsuite>" % "".join(cases)
 
 
-def decode_bench(batches=(1, 8, 64), prefill=True):
-    doc = {"hbm_peak_tbps": 4.1, "bf16_peak_tflops": 700.0, "decode": [
-        {"batch": b, "context": 512, "hbm_tbps": 3.4, "hbm_fraction": 0.83,
-         "step_ms": 2.1, "tokens_per_s": 476.0 * b} for b in batches]}
+def decode_bench(batches=(1, 8, 64), prefill=True, peaks=True, itl=True,
+                 batch1_ms=2.1):
+    doc = {"hbm_peak_tbps": 4.1, "bf16_peak_tflops": 700.0,
+           "hbm_spec_tbps": 4.8, "bf16_spec_tflops": 989.0, "decode": [
+               {"batch": b, "context": 512, "hbm_tbps": 3.4,
+                "hbm_fraction": 0.83, "step_ms": batch1_ms if b == 1 else 2.5,
+                "tokens_per_s": 476.0 * b} for b in batches]}
+    if peaks:
+        doc["hbm_measured_tbps"] = 4.1
+        doc["bf16_gemm_measured_tflops"] = 700.0
     if prefill:
         doc["prefill"] = {"tokens": 4096, "tflops": 380.0,
                           "peak_fraction": 0.54, "ms": 250.0}
+    if itl:
+        doc["itl"] = {"batch": 1, "steps": 512, "p50_ms": 2.1, "p99_ms": 2.2,
+                      "p99_over_p50": 1.05, "gpu_idle_fraction": 0.01}
     return "decode bench log line\n" + json.dumps(doc)
 
 
 ABSENT = object()  # run_case: do not write that file
 
-KERNELS = ('{"bench": "attention_decode", "context": 4096, '
-           '"frac_hbm": 0.87, "ms": 0.1}\n')
+
+def kernels_log(contexts=(4096, 32768), other=True):
+    rows = [{"bench": "decode_attention", "kv": "bf16", "ctx": c, "batch": 8,
+             "us": 100.0, "frac_hbm": 0.87, "frac_hbm_spec": 0.8}
+            for c in contexts]
+    if other:
+        rows.append({"bench": "matvec", "type": "bf16", "rows": 4096,
+                     "us": 30.0, "frac_hbm": 0.9, "frac_hbm_spec": 0.8})
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+KERNELS = kernels_log()
 
 
 class VerdictTest(unittest.TestCase):
@@ -90,7 +111,10 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(summary["gpu"]["clocks.max.mem"], "2619 MHz")
         self.assertEqual(summary["tests"]["passed"], 3)
         kinds = sorted(f["kind"] for f in summary["figures"])
-        self.assertEqual(kinds, ["decode"] * 3 + ["kernel", "prefill"])
+        self.assertEqual(kinds, ["decode"] * 3 + ["decode_attention"] * 2 +
+                         ["decode_ms", "idle", "itl", "kernel", "peak", "peak",
+                          "prefill"])
+        self.assertEqual(summary["goals"], {"met": 7, "missed": []})
 
     def test_a_missing_phase_fails(self):
         phases = dict(PHASES)
@@ -132,10 +156,31 @@ class VerdictTest(unittest.TestCase):
                                decode=decode_bench(batches=(1, 8)))
         self.assert_fails_with("figure missing: prefill",
                                decode=decode_bench(prefill=False))
+        self.assert_fails_with("figure missing: measured peak HBM read",
+                               decode=decode_bench(peaks=False))
+        self.assert_fails_with("figure missing: measured peak bf16 GEMM",
+                               decode=decode_bench(peaks=False))
+        self.assert_fails_with("figure missing: inter-token latency",
+                               decode=decode_bench(itl=False))
+        self.assert_fails_with("figure missing: GPU idle between steps",
+                               decode=decode_bench(itl=False))
+        self.assert_fails_with("figure missing: decode attention context "
+                               "32768", kernels=kernels_log(contexts=(4096,)))
+        self.assert_fails_with("figure missing: kernel fractions",
+                               kernels=kernels_log(other=False))
         self.assert_fails_with("figure missing: kernel fractions",
                                kernels="no json here\n")
         self.assert_fails_with("figure missing: decode batch 1",
                                decode="not json at all")
+
+    def test_a_missed_goal_is_reported_but_does_not_fail(self):
+        code, summary = self.run_case(decode=decode_bench(batch1_ms=2.9))
+        self.assertEqual(code, 0, summary["verdict"])
+        self.assertEqual(summary["goals"]["missed"],
+                         ["decode batch 1 time per token"])
+        ms = [f for f in summary["figures"] if f["kind"] == "decode_ms"]
+        self.assertEqual(ms[0]["goal"], 2.3)
+        self.assertFalse(ms[0]["meets_goal"])
 
     def test_no_device_name_fails(self):
         self.assert_fails_with("no GPU name", gpu="")
@@ -150,7 +195,7 @@ class VerdictTest(unittest.TestCase):
                    "figures": [], "gpu": {"name": "x"}}
         reasons = gpu_check_summary.verdict(summary, skip_build=False)
         self.assertEqual(len([r for r in reasons if "figure missing" in r]),
-                         5, reasons)
+                         11, reasons)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,9 @@
 // runner_step.cc, the kernels' order in runner_forward.cc.
 #include "kernels/cuda/plugin/cuda_runner.h"
 
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/plugin/cuda_check.h"
@@ -15,12 +14,24 @@
 namespace pdserve::cuda_runner {
 namespace {
 
-int64_t EnvInt(const char *name, int64_t fallback) {
-  const char *v = std::getenv(name);
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  char *end = nullptr;
+  char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   return (end != nullptr && *end == '\0') ? n : fallback;
+}
+
+const char* EnvString(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+RunnerOptions::QuantizedGemm ParseQuantizedGemm(const char* v) {
+  const std::string s = v;
+  if (s == "bf16") return RunnerOptions::QuantizedGemm::kBf16;
+  if (s == "per_step") return RunnerOptions::QuantizedGemm::kPerStep;
+  return RunnerOptions::QuantizedGemm::kAuto;
 }
 
 int64_t FloorPow2(int64_t n) {
@@ -29,8 +40,8 @@ int64_t FloorPow2(int64_t n) {
   return p;
 }
 
-absl::Status CheckSupported(const ModelConfig &c) {
-  const char *what = nullptr;
+absl::Status CheckSupported(const ModelConfig& c) {
+  const char* what = nullptr;
   if (c.num_experts > 0) what = "mixture-of-experts layers";
   if (c.num_linear_layers() > 0)
     what = "Gated DeltaNet linear-attention layers";
@@ -66,8 +77,9 @@ RunnerOptions RunnerOptions::FromEnvironment(int32_t device_index) {
       std::max<int64_t>(1, EnvInt("PDSERVE_CUDA_MATVEC_TOKENS", 8));
   o.max_graph_batch =
       std::max<int64_t>(1, EnvInt("PDSERVE_CUDA_GRAPH_BATCH", 256));
-  o.gemm_attention_min_rows =
-      std::max<int64_t>(0, EnvInt("PDSERVE_CUDA_GEMM_ATTENTION_ROWS", 256));
+  o.flash_attention_min_rows =
+      std::max<int64_t>(0, EnvInt("PDSERVE_CUDA_FLASH_ROWS", 128));
+  o.quantized_gemm = ParseQuantizedGemm(EnvString("PDSERVE_CUDA_QUANT_GEMM"));
   return o;
 }
 
@@ -106,13 +118,17 @@ absl::StatusOr<DeviceDescription> QueryDevice(int32_t device_index) {
   return d;
 }
 
-KvGeometry MakeGeometry(const ModelConfig &c, int64_t page_size,
-                        int64_t num_pages, int64_t max_sequences) {
+KvGeometry MakeGeometry(const ModelConfig& c, int64_t page_size,
+                        int64_t num_pages, int64_t max_sequences,
+                        KvDType dtype) {
   KvGeometry g;
   g.num_layers = c.num_kv_layers();
   g.kv_dim = c.kv_dim();
+  g.head_dim = c.head_dim;
+  g.dtype = dtype;
   g.page_size = page_size;
-  g.bytes_per_token_per_layer = 2 * c.kv_dim() * 4;
+  g.bytes_per_token_per_layer =
+      2 * c.kv_dim() * (dtype == KvDType::kF32 ? 4 : 2);
   g.bytes_per_token = g.num_layers * g.bytes_per_token_per_layer;
   g.bytes_per_page = g.bytes_per_token * page_size;
   g.num_pages = num_pages;
@@ -124,20 +140,20 @@ KvGeometry MakeGeometry(const ModelConfig &c, int64_t page_size,
 }
 
 absl::StatusOr<std::unique_ptr<ForwardBackend>> CreateCudaRunner(
-    const ModelWeights &weights, const KvGeometry &geometry,
-    int64_t max_batch_tokens, const RunnerOptions &options) {
+    const ModelWeights& weights, const KvGeometry& geometry,
+    int64_t max_batch_tokens, const RunnerOptions& options) {
   auto r = CudaRunner::Create(weights, geometry, max_batch_tokens, options);
   if (!r.ok()) return r.status();
   return std::unique_ptr<ForwardBackend>(std::move(*r));
 }
 
-CudaRunner::CudaRunner(const ModelConfig &config, const RunnerOptions &options)
+CudaRunner::CudaRunner(const ModelConfig& config, const RunnerOptions& options)
     : config_(config), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
-    const ModelWeights &weights, const KvGeometry &geometry,
-    int64_t max_batch_tokens, const RunnerOptions &options) {
-  const ModelConfig &c = weights.config;
+    const ModelWeights& weights, const KvGeometry& geometry,
+    int64_t max_batch_tokens, const RunnerOptions& options) {
+  const ModelConfig& c = weights.config;
   PDSERVE_RETURN_IF_ERROR(CheckSupported(c));
   if (static_cast<int64_t>(weights.layers.size()) != c.num_layers) {
     return absl::InvalidArgumentError(
@@ -150,6 +166,11 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
         "KV geometry has ", geometry.num_layers, " layers of kv_dim ",
         geometry.kv_dim, "; model ", c.name, " needs ", c.num_kv_layers(),
         " layers of kv_dim ", c.kv_dim()));
+  }
+  if (geometry.dtype != KvDType::kF32 && geometry.dtype != KvDType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA backend stores its KV cache as f32 or bf16; got --kv-dtype ",
+        KvDTypeName(geometry.dtype)));
   }
   if (geometry.page_size < 1 || geometry.num_pages < 1 ||
       geometry.num_pages >= 0x7fffffff) {
@@ -167,7 +188,7 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
   return r;
 }
 
-absl::Status CudaRunner::Allocate(void **ptr, int64_t bytes, const char *what) {
+absl::Status CudaRunner::Allocate(void** ptr, int64_t bytes, const char* what) {
   *ptr = nullptr;
   const cudaError_t e =
       cudaMalloc(ptr, static_cast<size_t>(std::max<int64_t>(bytes, 256)));
@@ -184,8 +205,8 @@ absl::Status CudaRunner::Allocate(void **ptr, int64_t bytes, const char *what) {
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::AllocatePinned(void **ptr, int64_t bytes,
-                                        const char *what) {
+absl::Status CudaRunner::AllocatePinned(void** ptr, int64_t bytes,
+                                        const char* what) {
   *ptr = nullptr;
   const cudaError_t e =
       cudaMallocHost(ptr, static_cast<size_t>(std::max<int64_t>(bytes, 256)));
@@ -200,10 +221,10 @@ absl::Status CudaRunner::AllocatePinned(void **ptr, int64_t bytes,
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::Init(const ModelWeights &weights,
-                              const KvGeometry &geometry,
+absl::Status CudaRunner::Init(const ModelWeights& weights,
+                              const KvGeometry& geometry,
                               int64_t max_batch_tokens) {
-  const ModelConfig &c = config_;
+  const ModelConfig& c = config_;
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index));
   cudaDeviceProp prop;
   PDSERVE_CUDA_RETURN_IF_ERROR(
@@ -226,8 +247,8 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   auto model = DeviceModel::Upload(weights, options_.f32_to_bf16);
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
-  for (const DeviceLayer &l : model_->layers) {
-    for (const cuda::DeviceMatrix *m :
+  for (const DeviceLayer& l : model_->layers) {
+    for (const cuda::DeviceMatrix* m :
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       quantized_ |= m->type == cuda::WType::kQ8_0 ||
                     m->type == cuda::WType::kQ4_0 ||
@@ -244,7 +265,7 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   PDSERVE_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   for (int i = 0; i < 2; ++i) {
-    for (cudaEvent_t *ev : {&input_copied_[i], &step_done_[i],
+    for (cudaEvent_t* ev : {&input_copied_[i], &step_done_[i],
                             &logits_ready_[i], &logits_copied_[i]}) {
       PDSERVE_CUDA_RETURN_IF_ERROR(
           cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
@@ -256,15 +277,21 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   PDSERVE_CUDA_RETURN_IF_ERROR(cuda::PrepareKernels());
 
   // KV cache: the pool's pages plus one scratch page (padded graph rows).
+  kv_.type = geometry.dtype == KvDType::kBF16 ? cuda::KvType::kBF16
+                                              : cuda::KvType::kF32;
+  kv_elem_bytes_ = kv_.type == cuda::KvType::kBF16 ? 2 : 4;
   kv_.num_layers = c.num_kv_layers();
   kv_.kv_dim = c.kv_dim();
   kv_.page_size = page_size_;
   kv_.num_pages = num_pages_ + 1;
-  kv_.page_stride_floats = kv_.num_layers * 2 * page_size_ * kv_.kv_dim;
-  const int64_t kv_bytes = kv_.num_pages * kv_.page_stride_floats * 4;
-  void *kv = nullptr;
+  // Elements; a multiple of 8 keeps every page's bf16 rows 16-byte aligned.
+  kv_.page_stride_floats =
+      (kv_.num_layers * 2 * page_size_ * kv_.kv_dim + 7) / 8 * 8;
+  const int64_t kv_bytes =
+      kv_.num_pages * kv_.page_stride_floats * kv_elem_bytes_;
+  void* kv = nullptr;
   PDSERVE_RETURN_IF_ERROR(Allocate(&kv, kv_bytes, "the KV cache"));
-  kv_.data = static_cast<float *>(kv);
+  kv_.data = static_cast<float*>(kv);
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv, 0, kv_bytes, compute_));
 
   shape_.num_heads = static_cast<int32_t>(c.num_heads);
@@ -301,11 +328,11 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
   qkv_width_ = c.q_dim() + 2 * c.kv_dim();
   const int64_t half = c.rope_dims / 2;
   struct Buf {
-    float **p;
+    float** p;
     int64_t floats;
-    const char *what;
+    const char* what;
   };
-  for (const Buf &b : {Buf{&x_, t * c.hidden_size, "activations"},
+  for (const Buf& b : {Buf{&x_, t * c.hidden_size, "activations"},
                        Buf{&xn_, t * c.hidden_size, "activations"},
                        Buf{&qkv_, t * qkv_width_, "activations"},
                        Buf{&attn_, t * c.q_dim(), "activations"},
@@ -318,13 +345,13 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
                        Buf{&logits_[0], lm_chunk_ * c.vocab_size, "logits"},
                        Buf{&logits_[1], lm_chunk_ * c.vocab_size, "logits"},
                        Buf{&logprobs_, t, "sampling"}}) {
-    void *p = nullptr;
+    void* p = nullptr;
     PDSERVE_RETURN_IF_ERROR(Allocate(&p, b.floats * 4, b.what));
-    *b.p = static_cast<float *>(p);
+    *b.p = static_cast<float*>(p);
   }
-  void *p = nullptr;
+  void* p = nullptr;
   PDSERVE_RETURN_IF_ERROR(Allocate(&p, t * 4, "sampling"));
-  sampled_ = static_cast<int32_t *>(p);
+  sampled_ = static_cast<int32_t*>(p);
   gemm_scratch_bytes_ = 0;
   if (t > options_.matvec_max_tokens) {
     for (cuda::WType wt :
@@ -335,41 +362,64 @@ absl::Status CudaRunner::Init(const ModelWeights &weights,
     }
     PDSERVE_RETURN_IF_ERROR(
         Allocate(&gemm_scratch_, gemm_scratch_bytes_, "GEMM activations"));
-    if (quantized_) {
-      PDSERVE_RETURN_IF_ERROR(Allocate(&dequant_, model_->max_matrix_elems * 2,
-                                       "dequantized weights"));
-    }
   }
   input_bytes_ = StepLayout::For(t, t).page_table + 4 * pt_capacity_;
   for (int i = 0; i < 2; ++i) {
     PDSERVE_RETURN_IF_ERROR(Allocate(&inputs_[i], input_bytes_, "step inputs"));
     PDSERVE_RETURN_IF_ERROR(
         AllocatePinned(&staging_[i], input_bytes_, "step inputs"));
-    void *h = nullptr;
+    void* h = nullptr;
     PDSERVE_RETURN_IF_ERROR(
         AllocatePinned(&h, lm_chunk_ * c.vocab_size * 4, "logits"));
-    host_logits_[i] = static_cast<float *>(h);
+    host_logits_[i] = static_cast<float*>(h);
   }
-  void *h = nullptr;
+  void* h = nullptr;
   PDSERVE_RETURN_IF_ERROR(AllocatePinned(&h, t * 4, "sampling"));
-  host_sampled_ = static_cast<int32_t *>(h);
+  host_sampled_ = static_cast<int32_t*>(h);
   PDSERVE_RETURN_IF_ERROR(AllocatePinned(&h, t * 4, "sampling"));
-  host_logprobs_ = static_cast<float *>(h);
-  PDSERVE_RETURN_IF_ERROR(InitGemmAttention());
+  host_logprobs_ = static_cast<float*>(h);
+  // Last: kAuto gives the quantized matrices' bf16 copies only the memory
+  // everything else left.
+  PDSERVE_RETURN_IF_ERROR(PrepareQuantizedGemm());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
+}
+
+absl::Status CudaRunner::PrepareQuantizedGemm() {
+  // Quantized products of more than max(matvec_max_tokens, 32) rows take
+  // the GEMM path (Linear); none when a step cannot be that large.
+  const int64_t limit = std::max<int64_t>(options_.matvec_max_tokens, 32);
+  if (!quantized_ || gemm_scratch_ == nullptr || max_tokens_ <= limit) {
+    return absl::OkStatus();
+  }
+  using Q = RunnerOptions::QuantizedGemm;
+  if (options_.quantized_gemm != Q::kPerStep) {
+    const int64_t need = model_->QuantizedGemmCopyBytes();
+    size_t free_b = 0, total_b = 0;
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+    const bool fits =
+        need + kQuantizedCopyReserveBytes <= static_cast<int64_t>(free_b);
+    if (fits || options_.quantized_gemm == Q::kBf16) {
+      PDSERVE_RETURN_IF_ERROR(model_->ConvertQuantizedForGemm(compute_));
+      absl::StrAppend(&description_, ", quantized GEMM weights as bf16 (",
+                      need >> 20, " MiB)");
+      return absl::OkStatus();
+    }
+  }
+  absl::StrAppend(&description_,
+                  ", quantized GEMM weights dequantized per step");
+  return Allocate(&dequant_, model_->max_matrix_elems * 2,
+                  "dequantized weights");
 }
 
 CudaRunner::~CudaRunner() {
   cudaSetDevice(options_.device_index);
   if (compute_ != nullptr) cudaStreamSynchronize(compute_);
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
-  for (auto &[key, exec] : graphs_) cudaGraphExecDestroy(exec);
-  if (attn_blas_ != nullptr) {
-    cublasDestroy(static_cast<cublasHandle_t>(attn_blas_));
-  }
-  for (void *p : device_allocs_) cudaFree(p);
-  for (void *p : pinned_allocs_) cudaFreeHost(p);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (cudaEvent_t ev : timing_events_) cudaEventDestroy(ev);
+  for (void* p : device_allocs_) cudaFree(p);
+  for (void* p : pinned_allocs_) cudaFreeHost(p);
   for (int i = 0; i < 2; ++i) {
     for (cudaEvent_t ev : {input_copied_[i], step_done_[i], logits_ready_[i],
                            logits_copied_[i]}) {

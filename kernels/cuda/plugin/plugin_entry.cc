@@ -75,12 +75,6 @@ int32_t CreateBackendImpl(const PdserveBackendArgs *args,
                       ") or null weights/geometry")),
                   error, error_size);
     }
-    if (args->geometry->dtype != pdserve::KvDType::kF32) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-                      "the CUDA backend stores its KV cache as f32 only; got ",
-                      "--kv-dtype ", pdserve::KvDTypeName(args->geometry->dtype))),
-                  error, error_size);
-    }
     const RunnerOptions options =
         RunnerOptions::FromEnvironment(args->device_index);
     auto r = CreateCudaRunner(*args->weights, *args->geometry,

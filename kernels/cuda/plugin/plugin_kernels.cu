@@ -1,3 +1,4 @@
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "kernels/cuda/plugin/plugin_kernels.h"
@@ -21,10 +22,31 @@ __global__ void GatherRowsKernel(const float *__restrict__ src,
   }
 }
 
-// One layer of the paged f32 KV cache and the step's sequences, as the
-// kernels below address them (filled by PagedKvOf).
+// Loads and stores of KV elements: T = float (f32 cache) or uint16_t (bf16
+// bits, rounded to nearest even when stored, as cuda::StoreKv).
+template <typename T>
+__device__ __forceinline__ float LoadKv(const void *kv, int64_t i);
+template <>
+__device__ __forceinline__ float LoadKv<float>(const void *kv, int64_t i) {
+  return static_cast<const float *>(kv)[i];
+}
+template <>
+__device__ __forceinline__ float LoadKv<uint16_t>(const void *kv, int64_t i) {
+  return __uint_as_float(
+      static_cast<uint32_t>(static_cast<const uint16_t *>(kv)[i]) << 16);
+}
+__device__ __forceinline__ void StoreKv(float *kv, int64_t i, float v) {
+  kv[i] = v;
+}
+__device__ __forceinline__ void StoreKv(uint16_t *kv, int64_t i, float v) {
+  kv[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// One layer of the paged KV cache (f32 or bf16 elements; offsets below are
+// in elements) and the step's sequences, as the kernels below address them
+// (filled by PagedKvOf).
 struct PagedKv {
-  float *kv;
+  void *kv;
   int64_t layer_offset;  // floats from a page's start to this layer's keys
   int64_t page_stride;
   int64_t value_offset;  // page_size * kv_dim
@@ -41,7 +63,7 @@ struct PagedKv {
 PagedKv PagedKvOf(const cuda::DeviceKvCache &kv, int64_t layer,
                   const cuda::AttentionBatch &batch) {
   PagedKv p;
-  p.kv = kv.data;
+  p.kv = static_cast<void *>(kv.data);
   p.layer_offset = layer * 2 * kv.page_size * kv.kv_dim;
   p.page_stride = kv.page_stride_floats;
   p.value_offset = kv.page_size * kv.kv_dim;
@@ -68,6 +90,7 @@ struct AttnParams : PagedKv {
 
 // Shared memory: q[g][hd], acc[g][hd], k[T][hd], v[T][hd], s[g][T], m[g],
 // l[g], alpha[g], then koff[T] (int64).
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
     FallbackAttentionKernel(AttnParams p) {
   extern __shared__ float sm[];
@@ -134,8 +157,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < nk * hd; i += kThreads) {
       const int j = i / hd, d = i % hd;
       const long long off = koff[j];
-      ks[i] = off >= 0 ? p.kv[off + d] : 0.0f;
-      vs[i] = off >= 0 ? p.kv[off + p.value_offset + d] : 0.0f;
+      ks[i] = off >= 0 ? LoadKv<T>(p.kv, off + d) : 0.0f;
+      vs[i] = off >= 0 ? LoadKv<T>(p.kv, off + p.value_offset + d) : 0.0f;
     }
     __syncthreads();
     for (int i = tid; i < g * nk; i += kThreads) {
@@ -196,6 +219,7 @@ constexpr int kPrepWarps = 4;
 // Block (row, y): warp w takes head y * kPrepWarps + w (staged in shared
 // memory); the last y copies the row's value heads into the cache. Spreading
 // heads over blocks keeps a one-row (batch-1 decode) launch short.
+template <typename T>
 __global__ void __launch_bounds__(kPrepWarps * 32)
     QkNormRopeStoreKernel(PrepParams p) {
   extern __shared__ float stage[];  // [kPrepWarps][head_dim]
@@ -234,9 +258,9 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   if (static_cast<int>(blockIdx.y) == head_blocks) {  // the value heads
     if (dst >= 0) {
       const float *vv = row + static_cast<int64_t>(heads) * hd;
-      float *vdst = p.kv + dst + p.value_offset;
+      T *vdst = static_cast<T *>(p.kv) + dst + p.value_offset;
       for (int64_t i = threadIdx.x; i < p.kv_dim; i += blockDim.x) {
-        vdst[i] = vv[i];
+        StoreKv(vdst, i, vv[i]);
       }
     }
     return;
@@ -268,75 +292,12 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     w[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
   }
   __syncwarp();
-  float *kdst = (is_k && dst >= 0)
-                    ? p.kv + dst + static_cast<int64_t>(h - q.num_heads) * hd
-                    : nullptr;
+  T *kdst = (is_k && dst >= 0) ? static_cast<T *>(p.kv) + dst +
+                                     static_cast<int64_t>(h - q.num_heads) * hd
+                               : nullptr;
   for (int i = lane; i < hd; i += 32) {
     v[i] = w[i];
-    if (kdst != nullptr) kdst[i] = w[i];
-  }
-}
-
-__global__ void GatherKvKernel(const float *__restrict__ kv,
-                               int64_t page_stride, int64_t layer_offset,
-                               int64_t value_offset, int64_t kv_dim,
-                               int32_t page_size, int32_t num_pages,
-                               const int32_t *__restrict__ page_start,
-                               const int32_t *__restrict__ page_table,
-                               int32_t num_heads, int32_t group,
-                               int32_t head_dim, int64_t head_stride,
-                               float *__restrict__ k, float *__restrict__ v) {
-  const int64_t j = blockIdx.x;
-  const int64_t e = j / page_size;
-  int64_t off = -1;
-  if (e < page_start[1] - page_start[0]) {
-    const int32_t page = page_table[page_start[0] + e];
-    if (page >= 0 && page < num_pages) {
-      off = page * page_stride + layer_offset + (j % page_size) * kv_dim;
-    }
-  }
-  const int64_t n = static_cast<int64_t>(num_heads) * head_dim;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int64_t h = i / head_dim, d = i % head_dim;
-    const int64_t src = (h / group) * head_dim + d;  // in the kv_dim row
-    const int64_t dst = h * head_stride + j * head_dim + d;
-    k[dst] = off >= 0 ? kv[off + src] : 0.0f;
-    v[dst] = off >= 0 ? kv[off + value_offset + src] : 0.0f;
-  }
-}
-
-__global__ void CausalSoftmaxKernel(float *s, int64_t rows, int64_t kv_len,
-                                    int64_t row0, const int32_t *start_pos) {
-  __shared__ float red[32];
-  const int64_t i = blockIdx.x;  // row within the span
-  float *row = s + (static_cast<int64_t>(blockIdx.y) * rows + i) * kv_len;
-  const int64_t n =
-      min(kv_len, static_cast<int64_t>(start_pos[0]) + row0 + i + 1);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = blockDim.x >> 5;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, row[j]);
-  for (int o = 16; o > 0; o >>= 1)
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = -INFINITY;
-  for (int w = 0; w < warps; ++w) m = fmaxf(m, red[w]);
-  __syncthreads();
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float e = expf(row[j] - m);
-    row[j] = e;
-    sum += e;
-  }
-  sum = WarpSum(sum);
-  if (lane == 0) red[warp] = sum;
-  __syncthreads();
-  sum = 0.0f;
-  for (int w = 0; w < warps; ++w) sum += red[w];
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  for (int64_t j = threadIdx.x; j < kv_len; j += blockDim.x) {
-    row[j] = j < n ? row[j] * inv : 0.0f;
+    if (kdst != nullptr) StoreKv(kdst, i, w[i]);
   }
 }
 
@@ -368,7 +329,11 @@ int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape &shape) {
 }
 
 cudaError_t PrepareFallbackAttention(int64_t bytes) {
-  return cudaFuncSetAttribute(FallbackAttentionKernel,
+  const cudaError_t e = cudaFuncSetAttribute(
+      FallbackAttentionKernel<float>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(FallbackAttentionKernel<uint16_t>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
 }
@@ -382,8 +347,7 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
   if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
       shape.head_dim < 1 || shape.head_dim > 512 ||
       kv.kv_dim != static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim ||
-      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff ||
-      kv.type != cuda::KvType::kF32) {
+      layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
   AttnParams p;
@@ -399,8 +363,12 @@ cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
   p.out_stride = out_stride;
   const dim3 grid(static_cast<unsigned>(batch.total_rows),
                   static_cast<unsigned>(shape.num_kv_heads));
-  FallbackAttentionKernel<<<grid, kThreads, FallbackAttentionSmemBytes(shape),
-                            stream>>>(p);
+  const int64_t smem = FallbackAttentionSmemBytes(shape);
+  if (kv.type == cuda::KvType::kBF16) {
+    FallbackAttentionKernel<uint16_t><<<grid, kThreads, smem, stream>>>(p);
+  } else {
+    FallbackAttentionKernel<float><<<grid, kThreads, smem, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -417,7 +385,7 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
       prep.num_heads < 1 || prep.num_kv_heads < 1 || kv.data == nullptr ||
       kv.kv_dim != static_cast<int64_t>(prep.num_kv_heads) * prep.head_dim ||
       layer < 0 || layer >= kv.num_layers || kv.num_pages > 0x7fffffff ||
-      kv.type != cuda::KvType::kF32 || batch.q_start == nullptr ||
+      batch.q_start == nullptr ||
       batch.start_pos == nullptr || batch.page_start == nullptr ||
       batch.page_table == nullptr) {
     return cudaErrorInvalidValue;
@@ -429,47 +397,12 @@ cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
   const dim3 grid(
       static_cast<unsigned>(batch.total_rows),
       static_cast<unsigned>((heads + kPrepWarps - 1) / kPrepWarps + 1));
-  QkNormRopeStoreKernel<<<grid, kPrepWarps * 32,
-                          kPrepWarps * prep.head_dim * sizeof(float), stream>>>(
-      p);
-  return cudaGetLastError();
-}
-
-cudaError_t GatherKvExpanded(const cuda::DeviceKvCache &kv, int64_t layer,
-                             const cuda::AttentionBatch &batch, int64_t kv_len,
-                             int32_t num_heads, int32_t head_dim,
-                             int64_t head_stride, float *k, float *v,
-                             cudaStream_t stream) {
-  if (kv_len <= 0) return cudaSuccess;
-  if (kv.data == nullptr || k == nullptr || v == nullptr || layer < 0 ||
-      layer >= kv.num_layers || batch.num_seqs < 1 ||
-      batch.page_start == nullptr || batch.page_table == nullptr ||
-      kv_len > 0x7fffffff || kv.num_pages > 0x7fffffff ||
-      kv.type != cuda::KvType::kF32 || head_dim < 1 || num_heads < 1 ||
-      kv.kv_dim % head_dim != 0 || num_heads % (kv.kv_dim / head_dim) != 0 ||
-      head_stride < kv_len * head_dim) {
-    return cudaErrorInvalidValue;
+  const size_t smem = kPrepWarps * prep.head_dim * sizeof(float);
+  if (kv.type == cuda::KvType::kBF16) {
+    QkNormRopeStoreKernel<uint16_t><<<grid, kPrepWarps * 32, smem, stream>>>(p);
+  } else {
+    QkNormRopeStoreKernel<float><<<grid, kPrepWarps * 32, smem, stream>>>(p);
   }
-  const int32_t group = num_heads / static_cast<int32_t>(kv.kv_dim / head_dim);
-  GatherKvKernel<<<static_cast<unsigned>(kv_len), 256, 0, stream>>>(
-      kv.data, kv.page_stride_floats, layer * 2 * kv.page_size * kv.kv_dim,
-      kv.page_size * kv.kv_dim, kv.kv_dim, static_cast<int32_t>(kv.page_size),
-      static_cast<int32_t>(kv.num_pages), batch.page_start, batch.page_table,
-      num_heads, group, head_dim, head_stride, k, v);
-  return cudaGetLastError();
-}
-
-cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
-                          int64_t row0, const int32_t *start_pos,
-                          cudaStream_t stream) {
-  if (heads <= 0 || rows <= 0 || kv_len <= 0) return cudaSuccess;
-  if (s == nullptr || start_pos == nullptr || rows > 0x7fffffff ||
-      heads > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  CausalSoftmaxKernel<<<dim3(static_cast<unsigned>(rows),
-                             static_cast<unsigned>(heads)),
-                        256, 0, stream>>>(s, rows, kv_len, row0, start_pos);
   return cudaGetLastError();
 }
 

@@ -1,7 +1,8 @@
 // Device kernels the runner needs beyond kernels/cuda/cuda_kernels.h
 // (launchers only enqueue on `stream`; graph-capturable; no allocation).
-// The KV cache must be f32 (DeviceKvCache::type kF32): the kernels below that
-// read or write it return cudaErrorInvalidValue for a bf16 cache.
+// The KV cache may be f32 or bf16 (DeviceKvCache::type): keys and values are
+// rounded to nearest even when stored in a bf16 cache (as cuda::StoreKv) and
+// read back as f32; the math is f32 either way.
 #ifndef PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_
 #define PDSERVE_KERNELS_CUDA_PLUGIN_PLUGIN_KERNELS_H_
 
@@ -16,23 +17,23 @@ namespace pdserve::cuda_runner {
 // dst[i][0, cols) = src[index[i]][0, cols), i < rows; src rows src_stride
 // floats apart, dst rows dst_stride apart. index is a device array; an index
 // outside [0, src_rows) gives a row of zeros.
-cudaError_t GatherRows(const float *src, int64_t src_stride, int64_t src_rows,
-                       const int32_t *index, int64_t rows, int64_t cols,
-                       float *dst, int64_t dst_stride, cudaStream_t stream);
+cudaError_t GatherRows(const float* src, int64_t src_stride, int64_t src_rows,
+                       const int32_t* index, int64_t rows, int64_t cols,
+                       float* dst, int64_t dst_stride, cudaStream_t stream);
 
 // Causal grouped-query attention for ANY head_dim (1..512; the kernel
 // library's attention takes 64, 128 or 256): same contract as
 // cuda::PrefillAttention (rows of batch.total_rows, each attending over its
 // sequence's positions [0, position]), f32 with an online softmax, one block
 // per (row, kv head). Slow for long prompts; meant for small models.
-cudaError_t FallbackAttention(const cuda::DeviceKvCache &kv, int64_t layer,
-                              const cuda::AttentionBatch &batch,
-                              const cuda::AttentionShape &shape, const float *q,
-                              int64_t q_stride, float *out, int64_t out_stride,
+cudaError_t FallbackAttention(const cuda::DeviceKvCache& kv, int64_t layer,
+                              const cuda::AttentionBatch& batch,
+                              const cuda::AttentionShape& shape, const float* q,
+                              int64_t q_stride, float* out, int64_t out_stride,
                               cudaStream_t stream);
 
 // Dynamic shared memory FallbackAttention needs for `shape` (bytes).
-int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape &shape);
+int64_t FallbackAttentionSmemBytes(const cuda::AttentionShape& shape);
 
 // Raises the kernel's dynamic shared memory limit to `bytes` (call once
 // outside graph capture before launches that need more than 48 KiB).
@@ -50,41 +51,22 @@ cudaError_t PrepareFallbackAttention(int64_t bytes);
 //     cuda::StoreKv (a missing or out-of-range page entry: not stored).
 // Replaces HeadRmsNorm x2 + ApplyRope x2 + StoreKv. head_dim <= 512.
 struct QkvPrep {
-  float *qkv = nullptr;
+  float* qkv = nullptr;
   int64_t stride = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t half = 0;  // rotated pairs per head
   bool neox = true;
-  const float *q_norm = nullptr;
-  const float *k_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
   float eps = 0.0f;
-  const float *cos = nullptr;
-  const float *sin = nullptr;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
 };
-cudaError_t QkNormRopeStore(const QkvPrep &prep, const cuda::DeviceKvCache &kv,
-                            int64_t layer, const cuda::AttentionBatch &batch,
+cudaError_t QkNormRopeStore(const QkvPrep& prep, const cuda::DeviceKvCache& kv,
+                            int64_t layer, const cuda::AttentionBatch& batch,
                             cudaStream_t stream);
-
-// Copies positions [0, kv_len) of `layer` of sequence 0 of `batch` (its
-// page table) out of the paged cache, head-major and expanded to the
-// `num_heads` query heads (grouped-query: query head h reads KV head
-// h / (num_heads / kv_heads)): k[h][j][0, head_dim) for j < kv_len, rows
-// head_stride floats apart per head (>= kv_len * head_dim); v likewise. A
-// position whose page entry is missing or out of range gives zeros.
-cudaError_t GatherKvExpanded(const cuda::DeviceKvCache &kv, int64_t layer,
-                             const cuda::AttentionBatch &batch, int64_t kv_len,
-                             int32_t num_heads, int32_t head_dim,
-                             int64_t head_stride, float *k, float *v,
-                             cudaStream_t stream);
-
-// Causal softmax in place over scores s [heads][rows][kv_len]: row i (row
-// row0 + i of the span) may see keys [0, start_pos + row0 + i] (start_pos =
-// batch.start_pos[0], device); the others become 0.
-cudaError_t CausalSoftmax(float *s, int64_t heads, int64_t rows, int64_t kv_len,
-                          int64_t row0, const int32_t *start_pos,
-                          cudaStream_t stream);
 
 }  // namespace pdserve::cuda_runner
 

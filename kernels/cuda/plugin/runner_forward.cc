@@ -18,8 +18,8 @@ bool IsQuantized(cuda::WType t) {
 
 }  // namespace
 
-absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
-                                int64_t x_stride, int64_t n, float *y,
+absl::Status CudaRunner::Linear(const cuda::DeviceMatrix& w, const float* x,
+                                int64_t x_stride, int64_t n, float* y,
                                 int64_t y_stride) {
   // Quantized weights: chunked MatVec reads the packed weights n / 8 times,
   // still cheaper than dequantizing to bf16 until a few chunks.
@@ -36,17 +36,21 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
     return absl::OkStatus();
   }
   if (IsQuantized(w.type)) {
-    if (dequant_ == nullptr) {
-      return absl::InternalError("no dequantization scratch for a GEMM");
+    // The bf16 copy converted at creation, else dequantized now.
+    cuda::DeviceMatrix h = model_->GemmCopy(w);
+    if (h.data == nullptr) {
+      if (dequant_ == nullptr) {
+        return absl::InternalError("no dequantization scratch for a GEMM");
+      }
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cuda::DequantizeToHalf(w, cuda::HalfType::kBF16, dequant_, compute_));
+      ++per_step_dequant_;
+      h.type = cuda::WType::kBF16;
+      h.rows = w.rows;
+      h.cols = w.cols;
+      h.row_bytes = w.cols * 2;
+      h.data = dequant_;
     }
-    PDSERVE_CUDA_RETURN_IF_ERROR(
-        cuda::DequantizeToHalf(w, cuda::HalfType::kBF16, dequant_, compute_));
-    cuda::DeviceMatrix h;
-    h.type = cuda::WType::kBF16;
-    h.rows = w.rows;
-    h.cols = w.cols;
-    h.row_bytes = w.cols * 2;
-    h.data = dequant_;
     PDSERVE_CUDA_RETURN_IF_ERROR(gemm_.Run(h, x, x_stride, n, y, y_stride,
                                            gemm_scratch_, gemm_scratch_bytes_,
                                            compute_));
@@ -58,23 +62,26 @@ absl::Status CudaRunner::Linear(const cuda::DeviceMatrix &w, const float *x,
   return absl::OkStatus();
 }
 
-CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan &plan) const {
+CudaRunner::AttnKind CudaRunner::ChooseAttention(const StepPlan& plan) const {
   const int32_t hd = shape_.head_dim;
-  if (GemmAttentionFits(plan)) return AttnKind::kGemm;
-  if ((hd != 64 && hd != 128 && hd != 256) || plan.seqs > 65535) {
-    return AttnKind::kFallback;
-  }
-  if (plan.decode && plan.seqs <= 65535) {
+  const bool library = hd == 64 || hd == 128 || hd == 256;
+  if (plan.seqs > 65535) return AttnKind::kFallback;
+  if (plan.decode) {
+    if (!library) return AttnKind::kFallback;
     // 0 bytes: one split per sequence, no partials to combine.
     const int64_t need = cuda::DecodeAttentionWorkspaceBytes(
         shape_, static_cast<int32_t>(plan.seqs),
         static_cast<int32_t>(plan.kv_bound));
-    if (need <= decode_ws_bytes_) return AttnKind::kDecode;
+    return need <= decode_ws_bytes_ ? AttnKind::kDecode : AttnKind::kPrefill;
   }
-  return AttnKind::kPrefill;
+  const int64_t flash_rows = options_.flash_attention_min_rows;
+  if (flash_rows > 0 && plan.rows >= flash_rows && hd <= 256) {
+    return AttnKind::kFlash;
+  }
+  return library ? AttnKind::kPrefill : AttnKind::kFallback;
 }
 
-absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
+absl::Status CudaRunner::Attention(const StepPlan& plan, AttnKind kind,
                                    int64_t layer) {
   const int64_t qd = config_.q_dim();
   switch (kind) {
@@ -88,8 +95,10 @@ absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
           cuda::PrefillAttention(kv_, layer, plan.attn, shape_, qkv_,
                                  qkv_width_, attn_, qd, compute_));
       break;
-    case AttnKind::kGemm:
-      PDSERVE_RETURN_IF_ERROR(GemmAttention(plan, layer));
+    case AttnKind::kFlash:
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cuda::FlashPrefillAttention(kv_, layer, plan.attn, shape_, qkv_,
+                                      qkv_width_, attn_, qd, compute_));
       break;
     case AttnKind::kFallback:
       PDSERVE_CUDA_RETURN_IF_ERROR(FallbackAttention(kv_, layer, plan.attn,
@@ -100,8 +109,8 @@ absl::Status CudaRunner::Attention(const StepPlan &plan, AttnKind kind,
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
-  const ModelConfig &c = config_;
+absl::Status CudaRunner::EnqueueLayers(const StepPlan& plan) {
+  const ModelConfig& c = config_;
   const int64_t rows = plan.rows;
   const int64_t hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t inter = c.intermediate_size;
@@ -124,7 +133,7 @@ absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
   prep.sin = sin_;
   const int64_t gw = 2 * inter;  // gu_ row: [gate | up]
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const DeviceLayer &lw = model_->layers[l];
+    const DeviceLayer& lw = model_->layers[l];
     // x += previous layer's FFN output; xn = norm(x).
     PDSERVE_CUDA_RETURN_IF_ERROR(
         cuda::RmsNormResidual(x_, l == 0 ? nullptr : proj_, lw.attn_norm, eps,
@@ -165,10 +174,10 @@ absl::Status CudaRunner::EnqueueLayers(const StepPlan &plan) {
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::EnqueueHead(const StepPlan &plan, int64_t first,
+absl::Status CudaRunner::EnqueueHead(const StepPlan& plan, int64_t first,
                                      int64_t n, int buf) {
   if (n <= 0) return absl::OkStatus();
-  const ModelConfig &c = config_;
+  const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
   PDSERVE_CUDA_RETURN_IF_ERROR(GatherRows(x_, hidden, plan.rows,
                                           plan.logit_src + first, n, hidden,

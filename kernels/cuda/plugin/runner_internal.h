@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/plugin/cuda_runner.h"
@@ -49,10 +50,10 @@ struct StepPlan {
   int64_t kv_bound = 0;    // upper bound of positions + 1 (grid sizes)
   int64_t max_q_len = 0;
   int64_t pages = 0;  // page-table entries used
-  const int32_t *tokens = nullptr;
-  const int32_t *positions = nullptr;
-  const int32_t *logit_src = nullptr;
-  const cuda::SampleParams *params = nullptr;
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* logit_src = nullptr;
+  const cuda::SampleParams* params = nullptr;
   cuda::AttentionBatch attn;
 };
 
@@ -75,68 +76,87 @@ struct PackConfig {
 // host code (testable without a device); parity is left 0.
 StepPlan PackStep(absl::Span<const SequenceSpan> batch,
                   absl::Span<const DeviceSamplingParams> params, bool sample,
-                  const PackConfig &cfg, void *staging, void *device_inputs);
+                  const PackConfig& cfg, void* staging, void* device_inputs);
 
 class CudaRunner final : public ForwardBackend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(
-      const ModelWeights &weights, const KvGeometry &geometry,
-      int64_t max_batch_tokens, const RunnerOptions &options);
+      const ModelWeights& weights, const KvGeometry& geometry,
+      int64_t max_batch_tokens, const RunnerOptions& options);
   ~CudaRunner() override;
 
   std::string Describe() const override { return description_; }
   int64_t max_batch_tokens() const override { return max_tokens_; }
   int64_t max_positions() const override { return max_positions_; }
   absl::Status Run(absl::Span<const SequenceSpan> batch,
-                   absl::Span<float> logits, ForwardStats *stats) override;
+                   absl::Span<float> logits, ForwardStats* stats) override;
   bool SamplesOnDevice() const override { return true; }
   absl::Status RunAndSample(absl::Span<const SequenceSpan> batch,
                             absl::Span<const DeviceSamplingParams> params,
                             absl::Span<SampledToken> tokens,
-                            ForwardStats *stats) override;
+                            ForwardStats* stats) override;
   // The device read probe (read_probe.h) on this runner's device.
   absl::StatusOr<double> MeasureReadBandwidth(int64_t buffer_bytes) override;
+  // Quantized matrices dequantized to bf16 inside steps so far (GEMM path
+  // without converted copies; RunnerOptions::quantized_gemm; enqueued, so
+  // a graph replay does not count again).
+  int64_t per_step_dequantizations() const { return per_step_dequant_; }
+
+  // The device timeline of the steps since the last call, in order
+  // (RunnerOptions::step_timing; empty without it): busy_ms from the step's
+  // first device operation (its input upload) to its last (the results'
+  // copy to the host), gap_ms the device time since the previous timed
+  // step's end (0 for the first after a call). At most kMaxTimedSteps steps
+  // are kept; later ones are dropped. Synchronises with the device.
+  struct StepTiming {
+    double busy_ms = 0.0;
+    double gap_ms = 0.0;
+  };
+  static constexpr int64_t kMaxTimedSteps = 4096;
+  absl::StatusOr<std::vector<StepTiming>> TakeStepTimings();
 
  private:
-  enum class AttnKind { kDecode, kPrefill, kFallback, kGemm };
+  enum class AttnKind { kDecode, kPrefill, kFallback, kFlash };
   using GraphKey =
       std::tuple<int64_t, int64_t, int, bool>;  // B, kv, parity, sample
 
-  CudaRunner(const ModelConfig &config, const RunnerOptions &options);
-  absl::Status Init(const ModelWeights &weights, const KvGeometry &geometry,
+  CudaRunner(const ModelConfig& config, const RunnerOptions& options);
+  absl::Status Init(const ModelWeights& weights, const KvGeometry& geometry,
                     int64_t max_batch_tokens);
-  absl::Status Allocate(void **ptr, int64_t bytes, const char *what);
-  absl::Status AllocatePinned(void **ptr, int64_t bytes, const char *what);
+  absl::Status Allocate(void** ptr, int64_t bytes, const char* what);
+  absl::Status AllocatePinned(void** ptr, int64_t bytes, const char* what);
+  // The quantized GEMM weights (RunnerOptions::quantized_gemm): converts
+  // the bf16 copies or allocates the per-step scratch.
+  absl::Status PrepareQuantizedGemm();
 
   // runner_step.cc
   absl::Status Validate(absl::Span<const SequenceSpan> batch) const;
   StepPlan Pack(absl::Span<const SequenceSpan> batch,
                 absl::Span<const DeviceSamplingParams> params, bool sample);
-  absl::Status Upload(const StepPlan &plan);
+  absl::Status Upload(const StepPlan& plan);
   absl::Status Step(absl::Span<const SequenceSpan> batch,
                     absl::Span<const DeviceSamplingParams> params, bool sample,
-                    float *logits, SampledToken *tokens, ForwardStats *stats);
-  absl::Status RunGraph(const StepPlan &plan);
-  absl::Status CopyLogitsOut(const StepPlan &plan, float *logits);
-  absl::Status CopySamplesOut(const StepPlan &plan, SampledToken *tokens);
+                    float* logits, SampledToken* tokens, ForwardStats* stats);
+  absl::Status RunGraph(const StepPlan& plan);
+  absl::Status CopyLogitsOut(const StepPlan& plan, float* logits);
+  absl::Status CopySamplesOut(const StepPlan& plan, SampledToken* tokens);
+  // Step timing: the current step's begin event on copy_ / end event on
+  // compute_ (no-ops without RunnerOptions::step_timing or once full).
+  absl::Status MarkStepBegin();
+  absl::Status MarkStepEnd();
   void Account(absl::Span<const SequenceSpan> batch, int64_t logit_rows,
-               ForwardStats *stats) const;
+               ForwardStats* stats) const;
 
   // runner_forward.cc: enqueue on compute_ (graph-capturable).
-  absl::Status EnqueueLayers(const StepPlan &plan);
+  absl::Status EnqueueLayers(const StepPlan& plan);
   // LM head (and sampling) of logits rows [first, first + n) into the
   // logits buffer `buf`.
-  absl::Status EnqueueHead(const StepPlan &plan, int64_t first, int64_t n,
+  absl::Status EnqueueHead(const StepPlan& plan, int64_t first, int64_t n,
                            int buf);
-  absl::Status Linear(const cuda::DeviceMatrix &w, const float *x,
-                      int64_t x_stride, int64_t n, float *y, int64_t y_stride);
-  AttnKind ChooseAttention(const StepPlan &plan) const;
-  absl::Status Attention(const StepPlan &plan, AttnKind kind, int64_t layer);
-  // runner_attention.cc: one long span's attention as cuBLAS GEMMs (TF32
-  // tensor cores): S = scale Q K^T, causal softmax, O = P V.
-  absl::Status InitGemmAttention();
-  bool GemmAttentionFits(const StepPlan &plan) const;
-  absl::Status GemmAttention(const StepPlan &plan, int64_t layer);
+  absl::Status Linear(const cuda::DeviceMatrix& w, const float* x,
+                      int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  AttnKind ChooseAttention(const StepPlan& plan) const;
+  absl::Status Attention(const StepPlan& plan, AttnKind kind, int64_t layer);
 
   const ModelConfig config_;
   const RunnerOptions options_;
@@ -158,20 +178,20 @@ class CudaRunner final : public ForwardBackend {
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   // Double-buffered step inputs: pinned staging -> device, on copy_.
-  void *staging_[2] = {nullptr, nullptr};
-  void *inputs_[2] = {nullptr, nullptr};
+  void* staging_[2] = {nullptr, nullptr};
+  void* inputs_[2] = {nullptr, nullptr};
   cudaEvent_t input_copied_[2] = {nullptr, nullptr};
   cudaEvent_t step_done_[2] = {nullptr, nullptr};
   int parity_ = 0;
   // Double-buffered logits (LM-head chunks): device -> pinned, on copy_.
-  float *logits_[2] = {nullptr, nullptr};
-  float *host_logits_[2] = {nullptr, nullptr};
+  float* logits_[2] = {nullptr, nullptr};
+  float* host_logits_[2] = {nullptr, nullptr};
   cudaEvent_t logits_ready_[2] = {nullptr, nullptr};
   cudaEvent_t logits_copied_[2] = {nullptr, nullptr};
-  int32_t *sampled_ = nullptr;  // [max_tokens]
-  float *logprobs_ = nullptr;   // [max_tokens]
-  int32_t *host_sampled_ = nullptr;
-  float *host_logprobs_ = nullptr;
+  int32_t* sampled_ = nullptr;  // [max_tokens]
+  float* logprobs_ = nullptr;   // [max_tokens]
+  int32_t* host_sampled_ = nullptr;
+  float* host_logprobs_ = nullptr;
   // Activations [max_tokens][width].
   // qkv_: [q | k | v] per row (qkv_width_ floats); gu_: [gate | up] per
   // row (2 * intermediate), SwiGLU written over the gate half.
@@ -179,18 +199,19 @@ class CudaRunner final : public ForwardBackend {
         *gu_ = nullptr, *proj_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
   int64_t qkv_width_ = 0;
   float *head_x_ = nullptr, *head_xn_ = nullptr;  // [lm_chunk][hidden]
-  void *gemm_scratch_ = nullptr;
+  void* gemm_scratch_ = nullptr;
   int64_t gemm_scratch_bytes_ = 0;
-  void *dequant_ = nullptr;    // bf16 copy of one quantized matrix (GEMM)
-  void *attn_blas_ = nullptr;  // cublasHandle_t of GemmAttention
-  float *kc_ = nullptr, *vc_ = nullptr;  // gathered keys/values [kv_cap_]
-  float *scores_ = nullptr;              // [heads][rows][kv_len]
-  int64_t scores_bytes_ = 0;
-  int64_t kv_cap_ = 0;
-  void *decode_ws_ = nullptr;
+  void* dequant_ = nullptr;  // bf16 copy of one quantized matrix (GEMM)
+  int64_t per_step_dequant_ = 0;
+  int64_t kv_elem_bytes_ = 4;  // f32 or bf16 cache
+  void* decode_ws_ = nullptr;
   int64_t decode_ws_bytes_ = 0;
-  std::vector<void *> device_allocs_;
-  std::vector<void *> pinned_allocs_;
+  std::vector<void*> device_allocs_;
+  std::vector<void*> pinned_allocs_;
+  // Step timing events: [2i] begin, [2i + 1] end of timed step i.
+  std::vector<cudaEvent_t> timing_events_;
+  int64_t timed_steps_ = 0;
+  bool timing_open_ = false;  // begin recorded, end not yet
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, bool> graph_failed_;
 };

@@ -20,8 +20,8 @@ int64_t CeilPow2(int64_t n) {
 }
 
 template <typename T>
-T *At(void *base, int64_t offset) {
-  return reinterpret_cast<T *>(static_cast<uint8_t *>(base) + offset);
+T* At(void* base, int64_t offset) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(base) + offset);
 }
 
 }  // namespace
@@ -69,13 +69,13 @@ absl::Status CudaRunner::Validate(absl::Span<const SequenceSpan> batch) const {
 
 StepPlan PackStep(absl::Span<const SequenceSpan> batch,
                   absl::Span<const DeviceSamplingParams> params, bool sample,
-                  const PackConfig &cfg, void *staging, void *device_inputs) {
+                  const PackConfig& cfg, void* staging, void* device_inputs) {
   StepPlan plan;
   plan.sample = sample;
   plan.real_seqs = static_cast<int64_t>(batch.size());
   int64_t rows = 0, kv_max = 0, q_max = 0;
   bool decode = true;
-  for (const SequenceSpan &s : batch) {
+  for (const SequenceSpan& s : batch) {
     rows += s.size();
     kv_max = std::max(kv_max, s.start_pos + s.size());
     q_max = std::max(q_max, s.size());
@@ -90,16 +90,16 @@ StepPlan PackStep(absl::Span<const SequenceSpan> batch,
                       ? std::min(cfg.max_positions,
                                  std::max<int64_t>(128, CeilPow2(kv_max)))
                       : kv_max;
-  void *h = staging;
+  void* h = staging;
   const StepLayout l = StepLayout::For(plan.rows, plan.seqs);
-  auto *tokens = At<int32_t>(h, l.tokens);
-  auto *positions = At<int32_t>(h, l.positions);
-  auto *logit_src = At<int32_t>(h, l.logit_src);
-  auto *q_start = At<int32_t>(h, l.q_start);
-  auto *start_pos = At<int32_t>(h, l.start_pos);
-  auto *page_start = At<int32_t>(h, l.page_start);
-  auto *sp = At<cuda::SampleParams>(h, l.params);
-  auto *pt = At<int32_t>(h, l.page_table);
+  auto* tokens = At<int32_t>(h, l.tokens);
+  auto* positions = At<int32_t>(h, l.positions);
+  auto* logit_src = At<int32_t>(h, l.logit_src);
+  auto* q_start = At<int32_t>(h, l.q_start);
+  auto* start_pos = At<int32_t>(h, l.start_pos);
+  auto* page_start = At<int32_t>(h, l.page_start);
+  auto* sp = At<cuda::SampleParams>(h, l.params);
+  auto* pt = At<int32_t>(h, l.page_table);
   int64_t row = 0, pages = 0, logit_rows = 0;
   for (int64_t i = 0; i < plan.seqs; ++i) {
     q_start[i] = static_cast<int32_t>(row);
@@ -115,7 +115,7 @@ StepPlan PackStep(absl::Span<const SequenceSpan> batch,
       sp[i] = p;
       continue;
     }
-    const SequenceSpan &s = batch[i];
+    const SequenceSpan& s = batch[i];
     start_pos[i] = static_cast<int32_t>(s.start_pos);
     const int64_t first = row;
     for (int64_t t = 0; t < s.size(); ++t, ++row) {
@@ -130,7 +130,7 @@ StepPlan PackStep(absl::Span<const SequenceSpan> batch,
         (s.start_pos + s.size() + cfg.page_size - 1) / cfg.page_size;
     for (int64_t e = 0; e < n_pages; ++e) pt[pages++] = s.page_table[e];
     if (sample) {
-      const DeviceSamplingParams &d = params[i];
+      const DeviceSamplingParams& d = params[i];
       p.temperature = d.temperature;
       p.top_k = d.top_k;
       p.top_p = d.top_p;
@@ -145,7 +145,7 @@ StepPlan PackStep(absl::Span<const SequenceSpan> batch,
   plan.logit_rows = logit_rows;
   plan.pages = pages;
 
-  void *d = device_inputs;
+  void* d = device_inputs;
   plan.tokens = At<int32_t>(d, l.tokens);
   plan.positions = At<int32_t>(d, l.positions);
   plan.logit_src = At<int32_t>(d, l.logit_src);
@@ -177,12 +177,13 @@ StepPlan CudaRunner::Pack(absl::Span<const SequenceSpan> batch,
   return plan;
 }
 
-absl::Status CudaRunner::Upload(const StepPlan &plan) {
+absl::Status CudaRunner::Upload(const StepPlan& plan) {
   const int p = plan.parity;
   const int64_t bytes =
       StepLayout::For(plan.rows, plan.seqs).page_table + 4 * plan.pages;
   // The device buffer may still be read by the step two back.
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, step_done_[p], 0));
+  PDSERVE_RETURN_IF_ERROR(MarkStepBegin());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_[p], staging_[p], bytes,
                                                cudaMemcpyHostToDevice, copy_));
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(input_copied_[p], copy_));
@@ -191,7 +192,7 @@ absl::Status CudaRunner::Upload(const StepPlan &plan) {
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::RunGraph(const StepPlan &plan) {
+absl::Status CudaRunner::RunGraph(const StepPlan& plan) {
   const GraphKey key{plan.seqs, plan.kv_bound, plan.parity, plan.sample};
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
@@ -235,7 +236,7 @@ absl::Status CudaRunner::RunGraph(const StepPlan &plan) {
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::CopyLogitsOut(const StepPlan &plan, float *logits) {
+absl::Status CudaRunner::CopyLogitsOut(const StepPlan& plan, float* logits) {
   const int64_t vocab = config_.vocab_size;
   // Graph steps computed every (padded) row in one chunk: copy the real
   // ones (the first real_seqs rows, one per sequence).
@@ -243,18 +244,20 @@ absl::Status CudaRunner::CopyLogitsOut(const StepPlan &plan, float *logits) {
   PDSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host_logits_[0], logits_[0], n * vocab * 4,
                       cudaMemcpyDeviceToHost, compute_));
+  PDSERVE_RETURN_IF_ERROR(MarkStepEnd());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   std::memcpy(logits, host_logits_[0], n * vocab * 4);
   return absl::OkStatus();
 }
 
-absl::Status CudaRunner::CopySamplesOut(const StepPlan &plan,
-                                        SampledToken *tokens) {
+absl::Status CudaRunner::CopySamplesOut(const StepPlan& plan,
+                                        SampledToken* tokens) {
   const int64_t n = plan.real_seqs;
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       host_sampled_, sampled_, n * 4, cudaMemcpyDeviceToHost, compute_));
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       host_logprobs_, logprobs_, n * 4, cudaMemcpyDeviceToHost, compute_));
+  PDSERVE_RETURN_IF_ERROR(MarkStepEnd());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   for (int64_t i = 0; i < n; ++i) {
     tokens[i].token = host_sampled_[i];
@@ -265,8 +268,8 @@ absl::Status CudaRunner::CopySamplesOut(const StepPlan &plan,
 
 absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
                               absl::Span<const DeviceSamplingParams> params,
-                              bool sample, float *logits, SampledToken *tokens,
-                              ForwardStats *stats) {
+                              bool sample, float* logits, SampledToken* tokens,
+                              ForwardStats* stats) {
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index));
   // The staging buffer of this parity is free once its last upload is done.
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(input_copied_[parity_]));
@@ -318,6 +321,8 @@ absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
     if (sample) {
       PDSERVE_RETURN_IF_ERROR(CopySamplesOut(plan, tokens));
     } else {
+      // The last chunk's copy runs on copy_ after this: not counted busy.
+      PDSERVE_RETURN_IF_ERROR(MarkStepEnd());
       if (chunks >= 1) PDSERVE_RETURN_IF_ERROR(drain(chunks - 1));
       PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
     }
@@ -331,10 +336,10 @@ absl::Status CudaRunner::Step(absl::Span<const SequenceSpan> batch,
 }
 
 absl::Status CudaRunner::Run(absl::Span<const SequenceSpan> batch,
-                             absl::Span<float> logits, ForwardStats *stats) {
+                             absl::Span<float> logits, ForwardStats* stats) {
   PDSERVE_RETURN_IF_ERROR(Validate(batch));
   int64_t rows = 0;
-  for (const SequenceSpan &s : batch) rows += s.logit_rows();
+  for (const SequenceSpan& s : batch) rows += s.logit_rows();
   const int64_t need = rows * config_.vocab_size;
   if (static_cast<int64_t>(logits.size()) < need) {
     return absl::InvalidArgumentError(
@@ -348,7 +353,7 @@ absl::Status CudaRunner::Run(absl::Span<const SequenceSpan> batch,
 absl::Status CudaRunner::RunAndSample(
     absl::Span<const SequenceSpan> batch,
     absl::Span<const DeviceSamplingParams> params,
-    absl::Span<SampledToken> tokens, ForwardStats *stats) {
+    absl::Span<SampledToken> tokens, ForwardStats* stats) {
   PDSERVE_RETURN_IF_ERROR(Validate(batch));
   if (params.size() != batch.size() || tokens.size() < batch.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -359,11 +364,54 @@ absl::Status CudaRunner::RunAndSample(
   return Step(batch, params, /*sample=*/true, nullptr, tokens.data(), stats);
 }
 
+absl::Status CudaRunner::MarkStepBegin() {
+  if (!options_.step_timing || timed_steps_ >= kMaxTimedSteps) {
+    return absl::OkStatus();
+  }
+  while (static_cast<int64_t>(timing_events_.size()) < 2 * timed_steps_ + 2) {
+    cudaEvent_t ev = nullptr;
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev));
+    timing_events_.push_back(ev);
+  }
+  PDSERVE_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(timing_events_[2 * timed_steps_], copy_));
+  timing_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaRunner::MarkStepEnd() {
+  if (!timing_open_) return absl::OkStatus();
+  PDSERVE_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(timing_events_[2 * timed_steps_ + 1], compute_));
+  timing_open_ = false;
+  ++timed_steps_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CudaRunner::StepTiming>>
+CudaRunner::TakeStepTimings() {
+  std::vector<StepTiming> out(timed_steps_);
+  for (int64_t i = 0; i < timed_steps_; ++i) {
+    cudaEvent_t begin = timing_events_[2 * i], end = timing_events_[2 * i + 1];
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
+    float ms = 0.0f;
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, begin, end));
+    out[i].busy_ms = ms;
+    if (i > 0) {
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&ms, timing_events_[2 * i - 1], begin));
+      out[i].gap_ms = std::max(0.0f, ms);
+    }
+  }
+  timed_steps_ = 0;
+  return out;
+}
+
 void CudaRunner::Account(absl::Span<const SequenceSpan> batch,
-                         int64_t logit_rows, ForwardStats *stats) const {
-  const ModelConfig &c = config_;
+                         int64_t logit_rows, ForwardStats* stats) const {
+  const ModelConfig& c = config_;
   int64_t rows = 0;
-  for (const SequenceSpan &s : batch) rows += s.size();
+  for (const SequenceSpan& s : batch) rows += s.size();
   ForwardStats s;
   s.steps = 1;
   s.tokens = rows;
@@ -371,9 +419,14 @@ void CudaRunner::Account(absl::Span<const SequenceSpan> batch,
   s.weight_bytes_read = model_->layer_bytes +
                         rows * model_->embedding.row_bytes +
                         (logit_rows > 0 ? model_->lm_head_bytes : 0);
-  const int64_t kv_token_bytes = c.num_layers * 2 * c.kv_dim() * 4;
+  if (rows > std::max<int64_t>(options_.matvec_max_tokens, 32) &&
+      gemm_scratch_ != nullptr) {  // quantized products read bf16 (Linear)
+    s.weight_bytes_read +=
+        2 * model_->layer_quantized_elems - model_->layer_quantized_bytes;
+  }
+  const int64_t kv_token_bytes = c.num_layers * 2 * c.kv_dim() * kv_elem_bytes_;
   int64_t attn_macs = 0;
-  for (const SequenceSpan &span : batch) {
+  for (const SequenceSpan& span : batch) {
     s.kv_bytes_read += (span.start_pos + span.size()) * kv_token_bytes;
     s.kv_bytes_written += span.size() * kv_token_bytes;
     const int64_t keys =

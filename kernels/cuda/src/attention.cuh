@@ -36,6 +36,9 @@ struct KvIo;
 template <>
 struct KvIo<float> {
   static constexpr int kChunk = 4;  // elements per 16-byte load
+  __device__ static float Load(const void* base, int64_t off) {
+    return static_cast<const float*>(base)[off];
+  }
   // dst: kChunk floats (scalar writes, so register arrays stay registers).
   __device__ static void LoadChunk(const void* base, int64_t off, float* dst) {
     const float4 v = __ldg(
@@ -52,6 +55,10 @@ struct KvIo<float> {
 template <>
 struct KvIo<uint16_t> {
   static constexpr int kChunk = 8;
+  __device__ static float Load(const void* base, int64_t off) {
+    return __uint_as_float(
+        static_cast<uint32_t>(static_cast<const uint16_t*>(base)[off]) << 16);
+  }
   __device__ static void LoadChunk(const void* base, int64_t off, float* dst) {
     const uint4 u = __ldg(reinterpret_cast<const uint4*>(
         static_cast<const uint16_t*>(base) + off));

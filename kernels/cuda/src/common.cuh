@@ -33,6 +33,7 @@ cudaError_t EnsureSharedMemory(const void* func, int bytes,
 cudaError_t PreparePrefill();
 cudaError_t PrepareSampling();
 cudaError_t PrepareDecode();
+cudaError_t PrepareFlash();
 
 inline bool Aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;

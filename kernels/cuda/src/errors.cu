@@ -20,6 +20,7 @@ const char* LastErrorDetail() { return g_detail; }
 
 cudaError_t PrepareKernels() {
   if (cudaError_t e = internal::PreparePrefill(); e != cudaSuccess) return e;
+  if (cudaError_t e = internal::PrepareFlash(); e != cudaSuccess) return e;
   if (cudaError_t e = internal::PrepareSampling(); e != cudaSuccess) return e;
   return internal::PrepareDecode();
 }

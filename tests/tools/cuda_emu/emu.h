@@ -84,6 +84,10 @@ T __shfl_xor_sync(unsigned, T v, int o, int = 32) {
   return emu::From<T>(emu::WarpExchange(emu::Bits(v), lane ^ o));
 }
 template <class T>
+T __shfl_sync(unsigned, T v, int src, int = 32) {
+  return emu::From<T>(emu::WarpExchange(emu::Bits(v), src & 31));
+}
+template <class T>
 T __shfl_up_sync(unsigned, T v, unsigned d, int = 32) {
   const int lane = threadIdx.x & 31;
   const int src = lane - static_cast<int>(d);
