@@ -5,17 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 namespace pdserve {
 namespace {
 
 // Query rows per block of the attention scores ([rows][frame patches]).
 constexpr int64_t kQueryBlock = 256;
-
-float GeluTanh(float x) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
-}
 
 float GeluErf(float x) {
   return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
@@ -229,9 +225,12 @@ void VisionEncoder::Block(const VisionBlockWeights& b, const ImageGrid& g) {
   const int64_t inter = c_.intermediate_size;
   Linear(b.fc1, b.fc1_b, xn_.data(), n_, mid_.data());
   pool_.ParallelFor(n_, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo * inter; i < hi * inter; ++i) {
-      mid_[i] = c_.gelu_tanh ? GeluTanh(mid_[i]) : GeluErf(mid_[i]);
+    float* m = mid_.data() + lo * inter;
+    if (c_.gelu_tanh) {
+      GeluTanh(m, (hi - lo) * inter, m);
+      return;
     }
+    for (int64_t i = 0; i < (hi - lo) * inter; ++i) m[i] = GeluErf(m[i]);
   });
   Linear(b.fc2, b.fc2_b, mid_.data(), n_, tmp_.data());
   for (int64_t i = 0; i < n_ * h; ++i) x_[i] += tmp_[i];
@@ -268,25 +267,12 @@ void VisionEncoder::AttendHead(int64_t row0, int64_t len, int64_t head) {
     const int64_t rows = std::min(block, len - q0);
     for (int64_t r = 0; r < rows; ++r) {
       const float* src = qkv_.data() + (row0 + q0 + r) * 3 * h + head * hd;
-      std::copy(src, src + hd, q_.data() + r * hd);
+      float* q = q_.data() + r * hd;
+      for (int64_t d = 0; d < hd; ++d) q[d] = src[d] * scale;
     }
     MatMul(keys, q_.data(), hd, rows, scores_.data(), len, pool_);
     pool_.ParallelFor(rows, 4, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        float* s = scores_.data() + r * len;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < len; ++j) {
-          s[j] *= scale;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < len; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < len; ++j) s[j] *= inv;
-      }
+      for (int64_t r = lo; r < hi; ++r) Softmax(scores_.data() + r * len, len);
     });
     MatMul(values_t, scores_.data(), len, rows, o_.data(), hd, pool_);
     for (int64_t r = 0; r < rows; ++r) {
