@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/random_weights.h"
 #include "bench/read_probe.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/forward.h"
@@ -34,31 +35,7 @@
 namespace pdserve {
 namespace {
 
-struct Builder {
-  ModelWeights& w;
-  std::mt19937_64 rng{7};
-  int64_t bytes = 0;  // of all matrices built
-
-  WeightView Matrix(int64_t rows, int64_t cols, DType type) {
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(float(cols)));
-    const int64_t rb = *RowBytes(type, cols);
-    auto buf = std::make_shared<std::vector<uint64_t>>((rows * rb + 7) / 8);
-    std::vector<float> row(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& x : row) x = d(rng);
-      QuantizeRow(type, row.data(),
-                  reinterpret_cast<uint8_t*>(buf->data()) + r * rb, cols);
-    }
-    w.storage.push_back(buf);
-    bytes += rows * rb;
-    return WeightView{type, rows, cols, rb, buf->data()};
-  }
-  const float* Ones(int64_t n) {
-    auto v = std::make_shared<std::vector<float>>(n, 1.0f);
-    w.storage.push_back(v);
-    return v->data();
-  }
-};
+using Builder = bench::RandomWeights;
 
 std::unique_ptr<ModelWeights> MakeModel(int64_t* model_bytes) {
   auto w = std::make_unique<ModelWeights>();

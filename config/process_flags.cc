@@ -115,6 +115,17 @@ FlagTable<EngineProcessOptions> MakeEngineFlags() {
           "longest a response format, tool-call grammar or other constraint "
           "may take to compile",
           &O::grammar_compile_timeout_ms, 1),
+      Str("mmproj", "",
+          "llama.cpp mmproj GGUF with the vision tower of a GGUF --model "
+          "(Qwen3.5: projector qwen3vl_merger)",
+          &O::mmproj),
+      Int("max-image-pixels", "16777216",
+          "largest image, in pixels, a request may send (decoded size)",
+          &O::max_image_pixels, 1),
+      Int("image-cache-bytes", "268435456",
+          "vision-encoder outputs kept by image content, so a repeated image "
+          "is not encoded again (0 = none)",
+          &O::image_cache_bytes, 0),
   };
   AppendMetricsFlags(t.flags, /*engine=*/true);
   return t;
@@ -239,6 +250,18 @@ FlagTable<FrontendProcessOptions> MakeFrontendFlags() {
           "prompts of at least this many tokens are prefilled on a prefill "
           "cell, then decoded on another from its KV",
           &O::pd_min_prompt_tokens, 1),
+      Str("mmproj", "",
+          "llama.cpp mmproj GGUF with the vision tower of a GGUF --model "
+          "(Qwen3.5: projector qwen3vl_merger)",
+          &O::mmproj),
+      Int("max-image-bytes", "8388608",
+          "largest image file a request may send, in bytes",
+          &O::max_image_bytes, 1),
+      Int("max-image-pixels", "16777216",
+          "largest image, in pixels, a request may send (decoded size)",
+          &O::max_image_pixels, 1),
+      Int("max-images", "4", "most images in one request", &O::max_images,
+          0),
   };
   AppendMetricsFlags(t.flags, /*engine=*/false);
   return t;

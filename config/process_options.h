@@ -48,6 +48,13 @@ struct EngineProcessOptions {
   // The tokenizer constrained decoding matches (empty = --model).
   std::string tokenizer;
   int64_t grammar_compile_timeout_ms = 0;  // longest a constraint compiles
+  // Vision-language models: a llama.cpp mmproj GGUF with the vision tower of
+  // a GGUF --model (empty = none; safetensors models carry theirs), the
+  // largest image in pixels it decodes, and the encoder-output cache's
+  // byte budget.
+  std::string mmproj;
+  int64_t max_image_pixels = 0;
+  int64_t image_cache_bytes = 0;
   MetricsOptions metrics;
 };
 
@@ -94,6 +101,13 @@ struct FrontendProcessOptions {
   // Prompts of at least this many tokens are prefilled on a prefill cell
   // and decoded on another (when both kinds are ready).
   int64_t pd_min_prompt_tokens = 0;
+  // Images (vision-language models): the mmproj GGUF of a GGUF --model (its
+  // preprocessing sizes), and the limits on one image's bytes and pixels
+  // and on the images of one request.
+  std::string mmproj;
+  int64_t max_image_bytes = 0;
+  int64_t max_image_pixels = 0;
+  int64_t max_images = 0;
   MetricsOptions metrics;
 };
 

@@ -6,9 +6,52 @@
 #include <string>
 #include <vector>
 
+#include "engine/image/image_preprocess.h"
 #include "kernels/ops.h"
 
 namespace pdserve {
+
+// The vision tower of a vision-language model (Qwen3.5 / Qwen3-VL; Hugging
+// Face vision_config names, or a llama.cpp mmproj GGUF's clip.vision.*):
+// a Conv3d patch embedding (as a matmul over temporal x spatial patches),
+// learned positions on a square grid resampled to each image, 2D rotary
+// attention blocks (LayerNorm, bias everywhere), and a merger of
+// merge x merge patches into one language-model token. Plain value type;
+// present() is false for text-only models. Dimensions are element counts.
+struct VisionConfig {
+  int64_t depth = 0;              // transformer blocks; 0 = no vision tower
+  int64_t hidden_size = 0;        // width of the tower
+  int64_t num_heads = 0;
+  int64_t intermediate_size = 0;  // block MLP width
+  int64_t out_hidden_size = 0;    // merger output (the LM's hidden_size)
+  int64_t in_channels = 3;
+  int64_t num_position_embeddings = 0;  // learned grid, side * side
+  float rope_theta = 10000.0f;
+  float layer_norm_eps = 1e-6f;
+  // Block MLP activation: true = tanh-approximated GELU
+  // (gelu_pytorch_tanh), false = exact GELU. The merger's is exact.
+  bool gelu_tanh = true;
+  // Patch sizes and the processor's resize limits and normalisation.
+  ImagePreprocessConfig preprocess;
+  // Token ids of the placeholders (-1 when unknown).
+  int32_t image_token_id = -1;
+  int32_t vision_start_token_id = -1;
+  int32_t vision_end_token_id = -1;
+
+  bool present() const { return depth > 0; }
+  int64_t head_dim() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  int64_t merge_size() const { return preprocess.merge_size; }
+  int64_t patch_dim() const {
+    return in_channels * preprocess.temporal_patch_size *
+           preprocess.patch_size * preprocess.patch_size;
+  }
+  // Side of the learned position grid.
+  int64_t grid_side() const {
+    int64_t s = 0;
+    while ((s + 1) * (s + 1) <= num_position_embeddings) ++s;
+    return s;
+  }
+};
 
 enum class Architecture {
   kLlama,  // Llama 1/2/3, SmolLM2, llama2.c checkpoints
@@ -65,6 +108,8 @@ struct ModelConfig {
   // mRoPE sections (pairs of rotated dims for t, h, w; Qwen3.5 interleaves
   // h and w into the t frequencies). Empty = plain RoPE.
   std::vector<int64_t> mrope_sections;
+  // Vision-language models: the vision tower (present() false otherwise).
+  VisionConfig vision;
 
   // Qwen3.5 / Qwen3-Next RMSNorms scale by (1 + w); loaders store 1 + w.
   bool ZeroCenteredNorms() const {

@@ -52,6 +52,38 @@ struct LayerWeights {
   const float* lin_norm = nullptr;     // [v_head_dim] gated RMSNorm weight
 };
 
+// One block of the vision tower. Matrices [out][in]; vectors f32.
+struct VisionBlockWeights {
+  const float* ln1_w = nullptr;  // [hidden] LayerNorm before attention
+  const float* ln1_b = nullptr;
+  WeightView qkv;                // [3 * hidden][hidden]: q | k | v
+  const float* qkv_b = nullptr;  // [3 * hidden]
+  WeightView proj;               // [hidden][hidden] attention output
+  const float* proj_b = nullptr;
+  const float* ln2_w = nullptr;  // [hidden] LayerNorm before the MLP
+  const float* ln2_b = nullptr;
+  WeightView fc1;                // [intermediate][hidden]
+  const float* fc1_b = nullptr;
+  WeightView fc2;                // [hidden][intermediate]
+  const float* fc2_b = nullptr;
+};
+
+// The vision tower's weights (VisionConfig); empty blocks when absent.
+struct VisionWeights {
+  // The Conv3d kernel flattened to [hidden][channels * temporal * patch *
+  // patch] in the processor's patch order (channel, frame, row, column).
+  WeightView patch_embed;
+  const float* patch_bias = nullptr;  // [hidden]
+  const float* pos_embed = nullptr;   // [num_position_embeddings][hidden]
+  std::vector<VisionBlockWeights> blocks;
+  const float* merger_norm_w = nullptr;  // [hidden] LayerNorm per patch
+  const float* merger_norm_b = nullptr;
+  WeightView merger_fc1;  // [merge^2 hidden][merge^2 hidden]
+  const float* merger_fc1_b = nullptr;
+  WeightView merger_fc2;  // [out_hidden][merge^2 hidden]
+  const float* merger_fc2_b = nullptr;
+};
+
 // A complete model: config plus weights. Owns the backing storage (file
 // mappings and converted buffers, in `storage`) so the views stay valid for
 // the object's lifetime. Immutable after loading; safe to share read-only
@@ -67,6 +99,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const float* output_norm = nullptr;  // [hidden_size]
   WeightView lm_head;            // [vocab_size][hidden_size]; == token_embedding when tied
+  VisionWeights vision;          // config.vision.present() only
 
   // Opaque owners of the memory the views point into.
   std::vector<std::shared_ptr<const void>> storage;

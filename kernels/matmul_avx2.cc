@@ -369,6 +369,20 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanh(const float* x, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 minus_two_c = _mm256_set1_ps(-2.0f * 0.7978845608028654f);
+  const __m256 cubic = _mm256_set1_ps(0.044715f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = TailMask(n - i);
+    const __m256 v = _mm256_maskload_ps(x + i, m);
+    const __m256 inner =
+        _mm256_fmadd_ps(_mm256_mul_ps(cubic, v), _mm256_mul_ps(v, v), v);
+    const __m256 e = Exp(_mm256_mul_ps(minus_two_c, inner));
+    _mm256_maskstore_ps(out + i, m, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+  }
+}
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -444,7 +458,7 @@ float LogSumExp(const float* x, int64_t n) {
 const IsaKernels& Avx2Kernels() {
   static const IsaKernels k{"avx2",   kRowTile,  &PreparedBytes, &Prepare,
                             &Rows,    &Dot,      &Axpy,          &SwiGlu,
-                            &Softmax, &LogSumExp, &ArgMaxScalar,
+                            &Softmax, &LogSumExp, &ArgMaxScalar,  &GeluTanh,
                             &Avx2PackedKernels()};
   return k;
 }

@@ -512,6 +512,20 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanh(const float* x, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 minus_two_c = _mm512_set1_ps(-2.0f * 0.7978845608028654f);
+  const __m512 cubic = _mm512_set1_ps(0.044715f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 inner =
+        _mm512_fmadd_ps(_mm512_mul_ps(cubic, v), _mm512_mul_ps(v, v), v);
+    const __m512 e = Exp(_mm512_mul_ps(minus_two_c, inner));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+  }
+}
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -599,7 +613,7 @@ const IsaKernels& Avx512Kernels() {
                             &Rows,      &Dot,
                             &Axpy,      &SwiGlu,
                             &Softmax,   &LogSumExp,
-                            &ArgMax,
+                            &ArgMax,    &GeluTanh,
                             &Avx512PackedKernels(CpuHasAvx512Bf16())};
   return k;
 }

@@ -114,6 +114,8 @@ struct IsaKernels {
   float (*log_sum_exp)(const float* x, int64_t n);
   // The index ArgMax returns (see ops.h).
   int64_t (*arg_max)(const float* x, int64_t n);
+  // out[i] = gelu_tanh(x[i]) (see GeluTanh in ops.h).
+  void (*gelu_tanh)(const float* x, int64_t n, float* out);
   // Packed-weight kernels; nullptr when this level reads row-major weights
   // only.
   const PackedKernels* packed = nullptr;
@@ -146,6 +148,7 @@ WeightView PackWeightsWith(const IsaKernels& k, const WeightView& w,
 
 // Scalar element-wise ops (ops.cc), the fallback entries of the table.
 void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
+void GeluTanhScalar(const float* x, int64_t n, float* out);
 void SoftmaxScalar(float* x, int64_t n);
 float LogSumExpScalar(const float* x, int64_t n);
 int64_t ArgMaxScalar(const float* x, int64_t n);

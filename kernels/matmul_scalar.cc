@@ -120,7 +120,7 @@ const IsaKernels& ScalarKernels() {
   static const IsaKernels k{
       "scalar", 4,     &PreparedBytes, &Prepare,       &Rows,
       &Dot,     &Axpy, &SwiGluScalar,  &SoftmaxScalar, &LogSumExpScalar,
-      &ArgMaxScalar};
+      &ArgMaxScalar, &GeluTanhScalar};
   return k;
 }
 

@@ -68,6 +68,15 @@ void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanhScalar(const float* x, int64_t n, float* out) {
+  constexpr float kTwoC = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kTwoC * (v + 0.044715f * v * v * v);
+    out[i] = v / (1.0f + std::exp(-u));
+  }
+}
+
 void SoftmaxScalar(float* x, int64_t n) {
   if (n <= 0) return;
   float max = x[0];
@@ -114,6 +123,10 @@ float LogSumExp(const float* x, int64_t n) {
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   kernels_internal::ActiveKernels().swiglu(gate, up, n, out);
+}
+
+void GeluTanh(const float* x, int64_t n, float* out) {
+  kernels_internal::ActiveKernels().gelu_tanh(x, n, out);
 }
 
 void Softmax(float* x, int64_t n) {

@@ -410,6 +410,8 @@ RequestSpec SchedulerShell::SpecFor(uint64_t id, const Request& r) const {
   spec.prompt_tokens.insert(spec.prompt_tokens.end(), r.generated.begin(),
                             r.generated.end());
   spec.prompt_len = static_cast<int64_t>(spec.prompt_tokens.size());
+  // Image placeholders do not identify their images: no prefix lookup.
+  if (r.spec.images_size() > 0) spec.prompt_tokens.clear();
   spec.max_new_tokens =
       r.spec.max_new_tokens() - static_cast<int64_t>(r.generated.size());
   // A prefill cell computes the prompt and the first token only.

@@ -98,6 +98,7 @@ void SchedulerShell::FillAdmit(uint64_t id, const Request& r,
   *add->mutable_sampling() = r.spec.sampling();
   *add->mutable_stop_ids() = r.spec.stop_ids();
   add->set_top_logprobs(r.spec.top_logprobs());
+  *add->mutable_images() = r.spec.images();
 }
 
 bool SchedulerShell::DispatchNext() {

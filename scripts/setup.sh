@@ -33,6 +33,7 @@ PACKAGES=(
   build-essential cmake pkg-config git unzip
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libboost-dev
+  libpng-dev libjpeg-dev libwebp-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv python3-grpcio python3-grpc-tools
   prometheus yamllint

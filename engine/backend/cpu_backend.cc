@@ -14,7 +14,24 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   if (!fp.ok()) return fp.status();
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->forward_ = std::move(*fp);
+  if (absl::Status s = b->InitVision(weights, threads); !s.ok()) return s;
   return b;
+}
+
+absl::Status CpuBackend::InitVision(const ModelWeights& weights,
+                                    ThreadPool& threads) {
+  if (!weights.config.vision.present()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<VisionEncoder>> v =
+      VisionEncoder::Create(weights, threads);
+  if (!v.ok()) return v.status();
+  vision_ = std::move(*v);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::EncodeImage(const ImagePatches& image,
+                                     absl::Span<float> out) {
+  if (vision_ == nullptr) return ForwardBackend::EncodeImage(image, out);
+  return vision_->Encode(image, out);
 }
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateOwning(
@@ -53,6 +70,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateOwning(
       weights, *b->owned_kv_, *b->owned_threads_, max_batch_tokens);
   if (!fp.ok()) return fp.status();
   b->forward_ = std::move(*fp);
+  if (absl::Status s = b->InitVision(weights, *b->owned_threads_); !s.ok()) {
+    return s;
+  }
   return b;
 }
 

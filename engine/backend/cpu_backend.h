@@ -15,6 +15,7 @@
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/forward.h"
+#include "engine/model/vision_encoder.h"
 #include "engine/model_weights.h"
 #include "kernels/thread_pool.h"
 
@@ -51,8 +52,16 @@ class CpuBackend : public ForwardBackend {
   // is outside [0, max_sequences).
   absl::Status Run(absl::Span<const SequenceSpan> batch,
                    absl::Span<float> logits, ForwardStats* stats) override;
+  // VisionEncoder::Encode on the backend's threads; UNIMPLEMENTED for a
+  // model without a vision tower.
+  absl::Status EncodeImage(const ImagePatches& image,
+                           absl::Span<float> out) override;
+  bool HasVisionEncoder() const override { return vision_ != nullptr; }
 
  private:
+  // The vision tower when the model has one (created with the backend).
+  absl::Status InitVision(const ModelWeights& weights, ThreadPool& threads);
+
   CpuBackend() = default;
 
   std::string description_ = "cpu";
@@ -64,6 +73,7 @@ class CpuBackend : public ForwardBackend {
   int64_t num_slots_ = 0;
   std::vector<SequenceSpan> spans_;  // rewritten spans, [max_batch_tokens]
   std::unique_ptr<ForwardPass> forward_;
+  std::unique_ptr<VisionEncoder> vision_;
 };
 
 }  // namespace pdserve

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/device_spec.h"
+#include "engine/image/image_preprocess.h"
 #include "engine/model/forward.h"
 #include "engine/model/sampler.h"  // SampledToken
 #include "engine/model_weights.h"
@@ -56,6 +57,21 @@ class ForwardBackend {
   // SequenceSpan::linear_state).
   virtual absl::Status Run(absl::Span<const SequenceSpan> batch,
                            absl::Span<float> logits, ForwardStats *stats) = 0;
+
+  // Optional: the model's vision tower (ModelWeights::vision) over one
+  // image, with VisionEncoder::Encode's contract (engine/model/
+  // vision_encoder.h): OutputRows(grid) embeddings of the LM's hidden size
+  // into `out` (host memory). A backend that implements it must also honour
+  // SequenceSpan::image_embeds and mrope_positions in Run. UNIMPLEMENTED when
+  // it cannot (the engine then refuses requests with images).
+  virtual absl::Status EncodeImage(const ImagePatches &image,
+                                   absl::Span<float> out) {
+    return absl::UnimplementedError(
+        "this backend has no vision encoder (images need --device cpu)");
+  }
+  // Whether EncodeImage works (the model has a vision tower and the backend
+  // implements it).
+  virtual bool HasVisionEncoder() const { return false; }
 
   // True when RunAndSample is implemented (the engine then uses it for
   // steps whose sequences need no penalties).

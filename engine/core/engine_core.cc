@@ -33,7 +33,7 @@ absl::Status EngineCore::Impl::AddSequence(
     SequenceId id, absl::Span<const int32_t> prompt, int64_t max_seq_len,
     const SamplingParams& params, absl::Span<const int32_t> stop_token_ids,
     int64_t max_new_tokens, const LedgerPages* ledger,
-    int64_t resumed_outputs) {
+    int64_t resumed_outputs, absl::Span<const SequenceImage> images) {
   if (seqs_.contains(id)) {
     return absl::AlreadyExistsError(
         absl::StrCat("sequence ", id, " already exists"));
@@ -102,15 +102,34 @@ absl::Status EngineCore::Impl::AddSequence(
           absl::StrCat("sequence ", id, ": ", s.message()));
     }
   }
+  if (!images.empty() && !config().vision.present()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, " has ", images.size(), " images but model ",
+        config().name, " has no vision tower"));
+  }
+  if (!images.empty() && !backend_->HasVisionEncoder()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " has images but the ", description_,
+        " backend has no vision encoder"));
+  }
+  if (!images.empty() && ledger != nullptr && !ledger->prefix_pages.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, " has images: it takes no cached prefix (got ",
+        ledger->prefix_pages.size(), " pages)"));
+  }
   absl::StatusOr<SequenceState> state = SequenceState::Create(max_seq_len);
   if (!state.ok()) return state.status();
-  if (absl::Status s = pool_->Add(id, max_seq_len); !s.ok()) return s;
 
   auto seq = std::make_unique<EngineSequence>(std::move(*state));
   seq->id = id;
   seq->tokens.reserve(static_cast<size_t>(max_seq_len + 1));
   seq->tokens.assign(prompt.begin(), prompt.end());
   seq->prompt_len = static_cast<int64_t>(prompt.size());
+  if (!images.empty()) {
+    if (absl::Status s = PrepareImages(*seq, images); !s.ok()) return s;
+    seq->multimodal = true;
+  }
+  if (absl::Status s = pool_->Add(id, max_seq_len); !s.ok()) return s;
   seq->sampler = std::move(*sampler);
   seq->sampler->AddPrompt(prompt, resumed_outputs);
   seq->guide = std::move(*guide);
@@ -129,11 +148,19 @@ absl::Status EngineCore::Impl::AddSequence(
   seq->device_params.top_p = params.top_p;
   seq->device_params.min_p = params.min_p;
   seq->device_params.seed = params.seed;
-  absl::Status attached = ledger != nullptr ? AssignLedgerPages(*seq, *ledger)
-                                            : AttachCachedPrefix(*seq);
+  // An image prompt's placeholder ids say nothing of the image: it neither
+  // matches nor fills the token-keyed prefix index.
+  absl::Status attached =
+      ledger != nullptr ? AssignLedgerPages(*seq, *ledger)
+      : seq->multimodal ? absl::OkStatus()
+                        : AttachCachedPrefix(*seq);
   if (!attached.ok()) {
     (void)pool_->Remove(id);
     return attached;
+  }
+  images_ += static_cast<int64_t>(seq->images.size());
+  for (const EngineSequence::PromptImage& img : seq->images) {
+    image_cache_hits_ += img.embedding != nullptr ? 1 : 0;
   }
   seqs_.emplace(id, std::move(seq));
   ++running_;
@@ -235,6 +262,8 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
                                     StepResult* result) {
   const int64_t t0 = options_.now_ns();
   if (absl::Status s = ValidatePlan(plan); !s.ok()) return s;
+  encode_ns_ = 0;
+  step_images_encoded_ = 0;
 
   result->sequences.resize(plan.size());
   result->tokens_processed = 0;
@@ -269,6 +298,11 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     span.rope_delta = seq.state.rope_delta();
     span.linear_state = pool_->LinearState(seq.id);  // hybrid models
     span.state_slot = pool_->StateSlot(seq.id);
+    if (seq.has_images() && start < seq.prompt_len) {
+      if (absl::Status s = ImageSpan(seq, start, end, span); !s.ok()) {
+        return s;
+      }
+    }
     if (end == static_cast<int64_t>(seq.tokens.size()) &&
         !seq.device_samplable) {
       on_device = false;  // samples this step, with penalties
@@ -312,7 +346,12 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
     const int64_t n = spans_[span_index].size();
     (void)seq.state.Advance(n);  // fits: n <= available <= remaining
     (void)pool_->MarkWritten(seq.id, seq.state.next_pos());
-    pool_->IndexWritten(seq.id, seq.tokens);  // no-op without a prefix cache
+    if (!seq.multimodal) {
+      pool_->IndexWritten(seq.id, seq.tokens);  // no-op without a prefix cache
+    }
+    if (seq.has_images() && seq.state.next_pos() >= seq.prompt_len) {
+      ReleaseImages(seq);
+    }
     seq.logits_step = steps_;
     seq.logits_row = static_cast<int64_t>(span_index);
     out.tokens_processed = static_cast<int32_t>(n);
@@ -347,6 +386,8 @@ absl::Status EngineCore::Impl::Step(absl::Span<const StepPlanEntry> plan,
   result->kv_bytes_read = fstats.kv_bytes_read;
   result->kv_bytes_written = fstats.kv_bytes_written;
   result->flops = fstats.flops;
+  result->encode_ns = encode_ns_;
+  result->images_encoded = step_images_encoded_;
   return absl::OkStatus();
 }
 
@@ -466,6 +507,8 @@ EngineStats EngineCore::Impl::Stats() const {
   s.tokens_processed = tokens_processed_;
   s.prefix_query_tokens = prefix_query_tokens_;
   s.prefix_hit_tokens = prefix_hit_tokens_;
+  s.images = images_;
+  s.image_cache_hits = image_cache_hits_;
   return s;
 }
 
@@ -562,9 +605,10 @@ absl::Status EngineCore::AddSequence(SequenceId id,
                                      absl::Span<const int32_t> stop_token_ids,
                                      int64_t max_new_tokens,
                                      const LedgerPages* ledger,
-                                     int64_t resumed_outputs) {
+                                     int64_t resumed_outputs,
+                                     absl::Span<const SequenceImage> images) {
   return impl_->AddSequence(id, prompt, max_seq_len, params, stop_token_ids,
-                            max_new_tokens, ledger, resumed_outputs);
+                            max_new_tokens, ledger, resumed_outputs, images);
 }
 
 absl::Status EngineCore::AssignPages(SequenceId id,

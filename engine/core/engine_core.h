@@ -36,7 +36,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "absl/strings/string_view.h"
 #include "engine/backend/device_spec.h"
+#include "engine/image/image_preprocess.h"
 #include "engine/kv/kv_handoff.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/sampler.h"
@@ -84,9 +86,24 @@ struct EngineOptions {
   // Monotonic clock for step timings, in nanoseconds; defaults to
   // std::chrono::steady_clock. Inject a fake for deterministic tests.
   std::function<int64_t()> now_ns;
+  // Images (vision-language models): the most pixels an image may decode
+  // to (a guard against decompression bombs; the front end's limit is the
+  // user-facing one), and the byte budget of the cache of encoder outputs
+  // by image content (ImageEmbeddingCache).
+  int64_t max_image_pixels = int64_t{1} << 26;
+  int64_t image_cache_bytes = int64_t{256} << 20;
   // Available memory for a fractional budget; defaults to /proc/meminfo for
   // the CPU and the plugin's free device memory for a device.
   std::function<absl::StatusOr<int64_t>()> available_bytes;
+};
+
+// One image of a sequence's prompt (vision-language models: the model's
+// config.vision is present). Views; read during AddSequence only.
+struct SequenceImage {
+  absl::string_view bytes;  // the encoded file: PNG, JPEG or WebP
+  // The patch grid the prompt's placeholder tokens were sized for (the
+  // front end's GridForImage of the same file); AddSequence checks it.
+  ImageGrid grid;
 };
 
 // The scheduler's KvLedger choices for one admission (engine/kv/kv_ledger.h):
@@ -148,6 +165,8 @@ struct StepResult {
   int64_t kv_bytes_read = 0;      // keys and values attended over
   int64_t kv_bytes_written = 0;   // keys and values of the new tokens
   int64_t flops = 0;              // forward-pass FLOPs (multiply-add = 2)
+  int64_t encode_ns = 0;          // the vision encoder (part of total_ns)
+  int64_t images_encoded = 0;     // images run through the encoder
 };
 
 // Pool and sequence counters (Stats(); cheap, no system call).
@@ -161,6 +180,10 @@ struct EngineStats {
   // taken from cached pages instead of computed.
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  // Images, cumulative: admitted with a sequence, and of those taken from
+  // the encoder-output cache instead of encoded.
+  int64_t images = 0;
+  int64_t image_cache_hits = 0;
 };
 
 // Thread-compatible: one call at a time (the engine's step thread). Buffers
@@ -203,12 +226,26 @@ class EngineCore {
   // max_new_tokens counts only what is still to come. INVALID_ARGUMENT
   // unless 0 <= resumed_outputs < prompt.size(), or when the grammar
   // refuses a resumed token.
+  // `images`: the prompt's images in order (vision-language models). Each
+  // is decoded here (or found in the encoder-output cache by its content
+  // hash) and checked against its grid; the prompt's placeholder tokens
+  // (config.vision.image_token_id) must add up to the grids' token counts
+  // (ComputeMropePositions), which also give the prompt's mRoPE positions
+  // and the rope delta its generated tokens continue from. The encoder runs
+  // in the first Step whose prefill chunk reaches an image's placeholders
+  // (not at all when they come from a KV hand-off or the cache).
+  // INVALID_ARGUMENT for a model without a vision tower, a file that does
+  // not decode (naming the image and the decoder's message), more than
+  // max_image_pixels, a grid other than the file's, placeholders that do not
+  // match; FAILED_PRECONDITION when the backend has no vision encoder. Image
+  // prompts neither use nor fill the KV prefix cache.
   absl::Status AddSequence(SequenceId id, absl::Span<const int32_t> prompt,
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
                            int64_t max_new_tokens,
                            const LedgerPages* ledger = nullptr,
-                           int64_t resumed_outputs = 0);
+                           int64_t resumed_outputs = 0,
+                           absl::Span<const SequenceImage> images = {});
   // Appends the scheduler's `pages` to the page table of `id` (a ledger
   // sequence's growth, before the step that writes them). NOT_FOUND for an
   // unknown id; KvPool::AssignPages' errors.

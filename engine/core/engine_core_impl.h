@@ -15,6 +15,7 @@
 #include "engine/backend/backend_loader.h"
 #include "engine/backend/forward_backend.h"
 #include "engine/core/engine_core.h"
+#include "engine/core/image_cache.h"
 #include "engine/core/sequence_guide.h"
 #include "engine/kv/sequence_state.h"
 #include "engine/model/forward.h"
@@ -56,6 +57,23 @@ struct EngineSequence {
   bool device_samplable = false;
   DeviceSamplingParams device_params;
 
+  // Vision-language prompts: each image's content hash and grid, and
+  // either its cached embedding or its decoded pixels (until encoded); the
+  // prompt's mRoPE positions [prompt_len][3]; and, from the first span that
+  // reaches a placeholder, every image's embedding in prompt order. All
+  // released once the prompt is processed.
+  struct PromptImage {
+    std::string hash;
+    ImageGrid grid;
+    ImageEmbeddingCache::Embeddings embedding;
+    RgbImage pixels;
+  };
+  std::vector<PromptImage> images;
+  std::vector<int64_t> mrope_positions;
+  std::vector<float> image_embeds;
+  bool has_images() const { return !images.empty(); }
+  bool multimodal = false;  // admitted with images (kept after release)
+
   // Prompt tokens taken from the prefix cache that plans still count as
   // pending: the next plan entries consume them without compute.
   int64_t cached_skip = 0;
@@ -80,7 +98,8 @@ class EngineCore::Impl {
         pool_(std::move(pool)),
         vocab_(weights_->config.vocab_size),
         max_rows_(std::min(options_.max_sequences, options_.max_step_tokens)),
-        logits_(new float[static_cast<size_t>(max_rows_ * vocab_)]) {
+        logits_(new float[static_cast<size_t>(max_rows_ * vocab_)]),
+        image_cache_(options_.image_cache_bytes) {
     seqs_.reserve(static_cast<size_t>(2 * options_.max_sequences));
     spans_.reserve(static_cast<size_t>(max_rows_));
     span_seq_.reserve(static_cast<size_t>(max_rows_));
@@ -111,7 +130,8 @@ class EngineCore::Impl {
                            int64_t max_seq_len, const SamplingParams& params,
                            absl::Span<const int32_t> stop_token_ids,
                            int64_t max_new_tokens, const LedgerPages* ledger,
-                           int64_t resumed_outputs);
+                           int64_t resumed_outputs,
+                           absl::Span<const SequenceImage> images);
   absl::Status AssignPages(SequenceId id, absl::Span<const int32_t> pages) {
     if (!seqs_.contains(id)) {
       return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
@@ -166,6 +186,17 @@ class EngineCore::Impl {
   void Finish(EngineSequence& seq, FinishReason reason);
   // MarkForExport's snapshot of `seq` (its KV still in the pool).
   void ExportFinished(const EngineSequence& seq);
+  // engine_core_images.cc. AddSequence's image part: checks, decodes (or
+  // finds in the cache) and keeps `images`, and the prompt's positions.
+  absl::Status PrepareImages(EngineSequence& seq,
+                             absl::Span<const SequenceImage> images);
+  // Sets span's mrope_positions and image embeddings for prompt tokens
+  // [start, end) of `seq`, encoding its images first if none is yet;
+  // adds the encoder's time to encode_ns_.
+  absl::Status ImageSpan(EngineSequence& seq, int64_t start, int64_t end,
+                         SequenceSpan& span);
+  // Frees `seq`'s image data once its prompt is processed.
+  static void ReleaseImages(EngineSequence& seq);
 
   std::vector<std::pair<SequenceId, KvHandoff>> exports_;
   std::shared_ptr<const ModelWeights> weights_;
@@ -200,6 +231,11 @@ class EngineCore::Impl {
   int64_t forward_steps_ = 0;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  ImageEmbeddingCache image_cache_;
+  int64_t images_ = 0;            // admitted with sequences
+  int64_t image_cache_hits_ = 0;  // of those, found in image_cache_
+  int64_t encode_ns_ = 0;         // this Step's encoder time
+  int64_t step_images_encoded_ = 0;
   int64_t tokens_processed_ = 0;
   int64_t running_ = 0;
   int64_t finished_ = 0;

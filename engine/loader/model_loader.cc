@@ -14,6 +14,7 @@
 #include "engine/loader/gguf_hybrid.h"
 #include "engine/loader/model_config_io.h"
 #include "engine/loader/tensor_sources.h"
+#include "engine/loader/vision_loader.h"
 #include "engine/loader/weight_builder.h"
 
 namespace pdserve {
@@ -44,17 +45,80 @@ std::string ModelDir(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+// preprocessor_config.json in `dir`: null when absent; INVALID_ARGUMENT
+// when it is not JSON.
+absl::StatusOr<nlohmann::json> ReadPreprocessorConfig(const std::string& dir) {
+  const std::string path = dir + "/preprocessor_config.json";
+  std::ifstream in(path);
+  if (!in) return nlohmann::json();
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bad JSON: ", e.what()));
+  }
+}
+
+// How a checkpoint's vision_config is taken.
+enum class VisionMode {
+  kStrict,   // its tensors are there: errors are errors
+  kLenient,  // config only (ReadModelConfig): an error means no tower
+  kSkip,     // no vision tensors: the language model alone
+};
+
+// The text config plus, for a vision-language checkpoint, its vision tower.
+absl::StatusOr<ModelConfig> HfConfig(const nlohmann::json& j,
+                                     const std::string& dir, VisionMode mode) {
+  const std::string source = dir + "/config.json";
+  absl::StatusOr<ModelConfig> c = ConfigFromHfJson(j, source, Basename(dir));
+  if (!c.ok() || mode == VisionMode::kSkip) return c;
+  absl::StatusOr<nlohmann::json> pre = ReadPreprocessorConfig(dir);
+  absl::StatusOr<VisionConfig> v =
+      pre.ok() ? VisionConfigFromHfJson(j, *pre, source)
+               : absl::StatusOr<VisionConfig>(pre.status());
+  if (!v.ok() && mode == VisionMode::kLenient) return c;
+  if (!v.ok()) return v.status();
+  if (v->present() && v->out_hidden_size != c->hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": vision_config.out_hidden_size ", v->out_hidden_size,
+        " != the language model's hidden_size ", c->hidden_size));
+  }
+  c->vision = *v;
+  return c;
+}
+
 absl::StatusOr<ModelConfig> SafetensorsConfig(const SafetensorsModel& m) {
   if (m.config().is_null()) {
     return absl::NotFoundError(absl::StrCat(
         m.dir(), ": config.json not found next to the safetensors weights"));
   }
-  absl::StatusOr<ModelConfig> c =
-      ConfigFromHfJson(m.config(), m.dir() + "/config.json", Basename(m.dir()));
-  if (!c.ok()) return c.status();
   // transformers ties the head when asked to, and falls back to a random
   // one when lm_head is absent: we refuse the latter (see weight builder).
-  return c;
+  // A vision_config without vision tensors (a checkpoint stripped to its
+  // language model) loads the language model alone.
+  const bool tower =
+      m.FindTensor("model.visual.patch_embed.proj.weight") != nullptr ||
+      m.FindTensor("visual.patch_embed.proj.weight") != nullptr;
+  return HfConfig(m.config(), m.dir(),
+                  tower ? VisionMode::kStrict : VisionMode::kSkip);
+}
+
+// The vision tower of a safetensors checkpoint (model.visual.* as
+// transformers v5 saves it, visual.* as published Qwen checkpoints).
+absl::Status SafetensorsVision(std::shared_ptr<const SafetensorsModel> m,
+                               ModelWeights& w) {
+  if (!w.config.vision.present()) return absl::OkStatus();
+  const std::string prefix =
+      m->FindTensor("model.visual.patch_embed.proj.weight") != nullptr
+          ? "model.visual."
+          : "visual.";
+  TensorLookup get = [m](const std::string& name)
+      -> absl::StatusOr<RawTensor> {
+    absl::StatusOr<const SafetensorsTensor*> t = m->GetTensor(name);
+    if (!t.ok()) return t.status();
+    return RawTensorFromSafetensors(**t);
+  };
+  return BuildVisionWeights(get, VisionNaming::kHf, prefix, m->dir(), w);
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> Assemble(
@@ -135,7 +199,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(
       absl::StatusOr<ModelConfig> c = SafetensorsConfig(*model);
       if (!c.ok()) return c.status();
       auto w = Assemble(std::move(*c), *MakeSafetensorsSource(model), *format);
-      if (w.ok()) (*w)->tokenizer_path = model->tokenizer_json();
+      if (!w.ok()) return w;
+      (*w)->tokenizer_path = model->tokenizer_json();
+      if (absl::Status s = SafetensorsVision(model, **w); !s.ok()) return s;
       return w;
     }
     case ModelFormat::kLlama2c: {
@@ -173,7 +239,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
         return absl::InvalidArgumentError(
             absl::StrCat(config_path, ": bad JSON: ", e.what()));
       }
-      return ConfigFromHfJson(j, config_path, Basename(dir));
+      return HfConfig(j, dir, VisionMode::kLenient);
     }
     case ModelFormat::kLlama2c: {
       char head[28];

@@ -8,6 +8,10 @@
 // Matrices stay in their stored type (zero-copy views of the mmap'd file);
 // norm vectors end up f32. Every tensor's shape is checked against the
 // config; a missing or mis-shaped tensor is an error naming it.
+// Vision-language checkpoints (Qwen3_5ForConditionalGeneration) load their
+// vision tower too (ModelConfig::vision, ModelWeights::vision:
+// vision_loader.h) when the file holds its tensors, the language model
+// alone otherwise.
 #ifndef PDSERVE_ENGINE_LOADER_MODEL_LOADER_H_
 #define PDSERVE_ENGINE_LOADER_MODEL_LOADER_H_
 
@@ -35,7 +39,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(
     const std::string& path);
 
 // The config alone (parses metadata / config.json / the header; maps no
-// tensor data for safetensors or llama2.c).
+// tensor data for safetensors or llama2.c). A vision_config that does not
+// parse leaves config.vision absent here (LoadModel reports it).
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
 
 }  // namespace pdserve

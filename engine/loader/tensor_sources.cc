@@ -148,13 +148,7 @@ class SafetensorsSource : public TensorSource {
     absl::StatusOr<const SafetensorsTensor*> t =
         m_->GetTensor(Resolve(Name(kind, layer)));
     if (!t.ok()) return t.status();
-    RawTensor r;
-    r.name = (*t)->name;
-    r.type = (*t)->type;
-    r.shape = (*t)->shape;
-    r.data = (*t)->data;
-    r.num_bytes = (*t)->num_bytes;
-    return r;
+    return RawTensorFromSafetensors(**t);
   }
   absl::StatusOr<RawTensor> GetExpert(WeightKind kind, int64_t layer,
                                       int64_t expert) const override;
@@ -203,13 +197,7 @@ absl::StatusOr<RawTensor> SafetensorsSource::GetExpert(WeightKind kind,
                                         expert, ".", proj, ".weight");
   if (const SafetensorsTensor* t = m_->FindTensor(Resolve(name));
       t != nullptr) {
-    RawTensor r;
-    r.name = t->name;
-    r.type = t->type;
-    r.shape = t->shape;
-    r.data = t->data;
-    r.num_bytes = t->num_bytes;
-    return r;
+    return RawTensorFromSafetensors(*t);
   }
   absl::StatusOr<RawTensor> r = TensorSource::GetExpert(kind, layer, expert);
   if (!r.ok() || kind == WeightKind::kFfnDownExps) return r;
@@ -296,6 +284,16 @@ RawTensor RawTensorFromGguf(const GgufTensorInfo& t) {
   r.name = t.name;
   r.type = t.type;
   r.shape.assign(t.dims.rbegin(), t.dims.rend());
+  r.data = t.data;
+  r.num_bytes = t.num_bytes;
+  return r;
+}
+
+RawTensor RawTensorFromSafetensors(const SafetensorsTensor& t) {
+  RawTensor r;
+  r.name = t.name;
+  r.type = t.type;
+  r.shape = t.shape;
   r.data = t.data;
   r.num_bytes = t.num_bytes;
   return r;

@@ -16,6 +16,8 @@ namespace pdserve {
 // A GGUF tensor as a RawTensor (shape outermost first; data in the file's
 // mapping, which the caller keeps alive).
 RawTensor RawTensorFromGguf(const GgufTensorInfo& t);
+// A safetensors tensor as a RawTensor (data in the model's mapping).
+RawTensor RawTensorFromSafetensors(const SafetensorsTensor& t);
 
 std::unique_ptr<TensorSource> MakeGgufSource(
     std::shared_ptr<const GgufFile> file);

@@ -41,6 +41,57 @@ absl::StatusOr<RawTensor> TensorSource::GetExpert(WeightKind kind,
   return r;
 }
 
+absl::StatusOr<WeightView> ViewOfTensor(const RawTensor& t, int64_t rows,
+                                        int64_t cols, const std::string& source,
+                                        ModelWeights& w) {
+  absl::StatusOr<int64_t> row_bytes = RowBytes(t.type, cols);
+  if (!row_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": tensor '", t.name, "': ", row_bytes.status().message()));
+  }
+  if (t.owner != nullptr) w.storage.push_back(t.owner);
+  WeightView v;
+  v.type = t.type;
+  v.rows = rows;
+  v.cols = cols;
+  v.row_bytes = *row_bytes;
+  v.data = t.data;
+  if (reinterpret_cast<uintptr_t>(t.data) % TypeAlignment(t.type) != 0) {
+    auto copy = std::make_shared<std::vector<uint64_t>>((t.num_bytes + 7) / 8);
+    std::memcpy(copy->data(), t.data, t.num_bytes);
+    v.data = copy->data();
+    w.storage.push_back(copy);
+  }
+  w.weight_bytes += t.num_bytes;
+  return v;
+}
+
+absl::StatusOr<const float*> F32OfTensor(const RawTensor& t, int64_t n,
+                                         const std::string& source,
+                                         ModelWeights& w) {
+  if (t.owner != nullptr) w.storage.push_back(t.owner);
+  w.weight_bytes += n * static_cast<int64_t>(sizeof(float));
+  if (t.type == DType::kF32 &&
+      reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
+    return static_cast<const float*>(t.data);
+  }
+  if (n % DTypeBlockValues(t.type) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": tensor '", t.name, "': ", n, " values of ",
+                     DTypeName(t.type), " are not whole blocks"));
+  }
+  auto owned = std::make_shared<std::vector<float>>(n);
+  if (reinterpret_cast<uintptr_t>(t.data) % TypeAlignment(t.type) != 0) {
+    std::vector<uint8_t> bytes(t.num_bytes);
+    std::memcpy(bytes.data(), t.data, t.num_bytes);
+    DequantizeRow(t.type, bytes.data(), owned->data(), n);
+  } else {
+    DequantizeRow(t.type, t.data, owned->data(), n);
+  }
+  w.storage.push_back(owned);
+  return owned->data();
+}
+
 namespace {
 
 class Builder {
@@ -86,27 +137,7 @@ class Builder {
   absl::StatusOr<WeightView> View(absl::StatusOr<RawTensor> t, int64_t rows,
                                   int64_t cols) {
     if (!t.ok()) return t.status();
-    absl::StatusOr<int64_t> row_bytes = RowBytes(t->type, cols);
-    if (!row_bytes.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(src_.path(), ": tensor '", t->name,
-                       "': ", row_bytes.status().message()));
-    }
-    WeightView v;
-    v.type = t->type;
-    v.rows = rows;
-    v.cols = cols;
-    v.row_bytes = *row_bytes;
-    v.data = t->data;
-    if (reinterpret_cast<uintptr_t>(t->data) % TypeAlignment(t->type) != 0) {
-      auto copy =
-          std::make_shared<std::vector<uint64_t>>((t->num_bytes + 7) / 8);
-      std::memcpy(copy->data(), t->data, t->num_bytes);
-      v.data = copy->data();
-      w_.storage.push_back(copy);
-    }
-    w_.weight_bytes += t->num_bytes;
-    return v;
+    return ViewOfTensor(*t, rows, cols, src_.path(), w_);
   }
 
   absl::StatusOr<const float*> Vector(WeightKind kind, int64_t layer, int64_t n,
@@ -115,26 +146,7 @@ class Builder {
     if (shape.empty()) shape = {n};
     absl::StatusOr<RawTensor> t = Fetch(kind, layer, shape, what);
     if (!t.ok()) return t.status();
-    w_.weight_bytes += n * static_cast<int64_t>(sizeof(float));
-    if (t->type == DType::kF32 &&
-        reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
-      return static_cast<const float*>(t->data);
-    }
-    if (n % DTypeBlockValues(t->type) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          src_.path(), ": tensor '", t->name, "': ", n, " values of ",
-          DTypeName(t->type), " are not whole blocks"));
-    }
-    auto owned = std::make_shared<std::vector<float>>(n);
-    if (reinterpret_cast<uintptr_t>(t->data) % TypeAlignment(t->type) != 0) {
-      std::vector<uint8_t> bytes(t->num_bytes);
-      std::memcpy(bytes.data(), t->data, t->num_bytes);
-      DequantizeRow(t->type, bytes.data(), owned->data(), n);
-    } else {
-      DequantizeRow(t->type, t->data, owned->data(), n);
-    }
-    w_.storage.push_back(owned);
-    return owned->data();
+    return F32OfTensor(*t, n, src_.path(), w_);
   }
 
   absl::Status Layer(int64_t l, LayerWeights& lw);

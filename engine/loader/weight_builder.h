@@ -97,6 +97,20 @@ class TensorSource {
   virtual const std::string& path() const = 0;
 };
 
+// A [rows][cols] matrix view of `t`: zero-copy, or a copy when misaligned
+// for its element type (kept in w.storage, as is t.owner); its bytes are
+// added to w.weight_bytes. INVALID_ARGUMENT naming `source` and the tensor
+// when cols is not whole blocks of t.type.
+absl::StatusOr<WeightView> ViewOfTensor(const RawTensor& t, int64_t rows,
+                                        int64_t cols, const std::string& source,
+                                        ModelWeights& w);
+// The first n values of `t` as f32: a view when stored as aligned f32, else
+// converted into a buffer kept in w.storage. INVALID_ARGUMENT when n is not
+// whole blocks of a quantized type.
+absl::StatusOr<const float*> F32OfTensor(const RawTensor& t, int64_t n,
+                                         const std::string& source,
+                                         ModelWeights& w);
+
 // Fills weights (config must already be set and validated): matrices as
 // zero-copy views (copied only when misaligned for their element type),
 // norm vectors as f32 (converted into owned buffers when stored otherwise),

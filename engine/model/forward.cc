@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/attention.h"
 #include "engine/model/attention_tiled.h"
+#include "engine/model/image_tokens.h"
 #include "engine/model/mrope.h"
 #include "engine/model/span_validation.h"
 #include "kernels/matmul.h"
@@ -293,6 +294,15 @@ void ForwardPass::Embed(absl::Span<const SequenceSpan> batch) {
       DequantizeRow(emb.type, emb.row(token), x_.data() + r * hidden, hidden);
     }
   });
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceSpan& s = batch[i];
+    if (s.image_embeds == nullptr) continue;
+    // Validated: the placeholder count equals image_rows.
+    InjectImageEmbeddings(s.tokens, weights_.config.vision.image_token_id,
+                          s.image_embeds, s.image_rows, hidden,
+                          x_.data() + span_first_row_[i] * hidden)
+        .IgnoreError();
+  }
 }
 
 void ForwardPass::PrepareRope(absl::Span<const SequenceSpan> batch) {
@@ -302,7 +312,10 @@ void ForwardPass::PrepareRope(absl::Span<const SequenceSpan> batch) {
     const SequenceSpan& s = batch[row_span_[r]];
     const int64_t p = s.start_pos + row_in_span_[r] + s.rope_delta;
     if (!weights_.config.mrope_sections.empty()) {
-      const int64_t thw[3] = {p, p, p};  // text tokens
+      const int64_t text[3] = {p, p, p};
+      const int64_t* thw = s.mrope_positions.empty()
+                               ? text
+                               : s.mrope_positions.data() + 3 * row_in_span_[r];
       MropeCosSin(thw, weights_.config.mrope_sections, inv_freq_.data(), half,
                   rope_cos_.data() + r * half, rope_sin_.data() + r * half);
       continue;

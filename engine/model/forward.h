@@ -45,6 +45,18 @@ struct SequenceSpan {
   // off the host (engine/backend) use it instead of linear_state; ForwardPass
   // ignores it.
   int32_t state_slot = -1;
+  // Multimodal prompts (a vision-language model's image tokens): the (t, h,
+  // w) RoPE positions of each token, 3 * size() values [token][3] (the
+  // slice of ComputeMropePositions, image_tokens.h, for these tokens);
+  // empty = start_pos + i + rope_delta on all three axes.
+  absl::Span<const int64_t> mrope_positions;
+  // The vision encoder's outputs for this span's image placeholder tokens
+  // (config.vision.image_token_id), in order: image_rows rows of
+  // hidden_size floats, written over those tokens' embeddings by the
+  // cumulative-sum index (InjectImageEmbeddings). Null: placeholders embed
+  // like any other token.
+  const float* image_embeds = nullptr;
+  int64_t image_rows = 0;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t logit_rows() const { return all_logits ? size() : 1; }
@@ -109,7 +121,9 @@ class ForwardPass {
   // work to *stats when non-null. INVALID_ARGUMENT (nothing is written) for:
   // an empty span, a token id outside [0, vocab), start_pos < 0, a page table
   // too short for start_pos + tokens or naming a page outside the storage,
-  // more than max_batch_tokens tokens in total, a logits buffer too small.
+  // more than max_batch_tokens tokens in total, a logits buffer too small,
+  // mrope_positions not 3 per token, image_rows not the span's placeholder
+  // count.
   absl::Status Run(absl::Span<const SequenceSpan> batch,
                    absl::Span<float> logits, ForwardStats* stats = nullptr);
 

@@ -26,10 +26,37 @@ struct SpanLimits {
   bool require_linear_state = false;
 };
 
+// The multimodal fields of span i (mrope_positions, image_embeds).
+inline absl::Status ValidateMultimodal(const SequenceSpan& s, size_t i,
+                                       const ModelConfig& c) {
+  if (!s.mrope_positions.empty() &&
+      static_cast<int64_t>(s.mrope_positions.size()) != 3 * s.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "span ", i, ": ", s.mrope_positions.size(), " mRoPE positions for ",
+        s.size(), " tokens (3 per token)"));
+  }
+  if (s.image_embeds == nullptr && s.image_rows == 0) return absl::OkStatus();
+  int64_t placeholders = 0;
+  for (int32_t t : s.tokens) {
+    placeholders += t == c.vision.image_token_id ? 1 : 0;
+  }
+  if (s.image_embeds == nullptr || s.image_rows != placeholders ||
+      !c.vision.present()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "span ", i, ": ", s.image_rows, " image embeddings",
+        s.image_embeds == nullptr ? " (null)" : "", " for ", placeholders,
+        " image placeholder tokens (id ", c.vision.image_token_id, ")",
+        c.vision.present() ? "" : "; the model has no vision tower"));
+  }
+  return absl::OkStatus();
+}
+
 // OK, or INVALID_ARGUMENT naming the span and the numbers for: an empty span,
 // start_pos < 0, a token id outside [0, vocab), a missing linear_state (when
 // required), a span past max_positions, a page table too short or naming a
-// page outside the storage, more than max_batch_tokens in all. On success
+// page outside the storage, more than max_batch_tokens in all,
+// mrope_positions other than 3 per token, image embeddings whose row count
+// is not the span's number of image placeholder tokens. On success
 // *pages_total (when non-null) is the number of page-table entries used.
 inline absl::Status ValidateSpans(absl::Span<const SequenceSpan> batch,
                                   const ModelConfig& c, const SpanLimits& lim,
@@ -87,6 +114,7 @@ inline absl::Status ValidateSpans(absl::Span<const SequenceSpan> batch,
             ", outside the storage's ", lim.num_pages, " pages"));
       }
     }
+    if (absl::Status m = ValidateMultimodal(s, i, c); !m.ok()) return m;
     total += s.size();
     pages_sum += pages;
   }

@@ -10,7 +10,9 @@
 #include "engine/backend/device_spec.h"
 #include "absl/time/time.h"
 #include "engine/core/engine_core.h"
+#include "engine/formats/gguf.h"
 #include "engine/loader/model_loader.h"
+#include "engine/loader/vision_loader.h"
 #include "engine/service/engine_service.h"
 #include "kernels/thread_pool.h"
 #include "common/process/process.h"
@@ -144,6 +146,8 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
   options.max_step_tokens = flags.max_step_tokens;
   options.max_seq_len = flags.max_seq_len;
   options.prefix_cache = flags.prefix_cache;
+  options.max_image_pixels = flags.max_image_pixels;
+  options.image_cache_bytes = flags.image_cache_bytes;
   options.kv_huge_pages = flags.kv_huge_pages;
   const int64_t threads = flags.threads > 0
                               ? flags.threads
@@ -152,6 +156,15 @@ int RunEngineProcess(const config::EngineProcessOptions& flags) {
 
   auto weights = LoadModel(model_path);
   if (!weights.ok()) return Fail("loading " + model_path, weights.status());
+  if (!flags.mmproj.empty()) {
+    // The placeholder ids come from the text model's vocabulary.
+    auto text = GgufFile::Open(model_path);
+    if (!text.ok()) return Fail("--mmproj needs a GGUF --model", text.status());
+    if (absl::Status s = AttachMmproj(flags.mmproj, text->get(), **weights);
+        !s.ok()) {
+      return Fail("loading --mmproj " + flags.mmproj, s);
+    }
+  }
   std::shared_ptr<const ModelWeights> shared(std::move(*weights));
   std::string name = flags.name.empty() ? shared->config.name : flags.name;
   if (name.empty()) name = std::filesystem::path(model_path).stem().string();

@@ -325,13 +325,17 @@ absl::Status EngineServiceImpl::AddLocked(const v1::AddSequenceRequest& req) {
       absl::MakeConstSpan(req.prefix_pages().data(), req.prefix_pages_size());
   ledger.pages = absl::MakeConstSpan(req.pages().data(), req.pages_size());
   ledger.index_tokens = req.index_tokens();
+  std::vector<SequenceImage> images;
+  for (const v1::ImageInput& img : req.images()) {
+    images.push_back({img.data(), {img.grid_t(), img.grid_h(), img.grid_w()}});
+  }
   return core_->AddSequence(
       req.seq_id(),
       absl::MakeConstSpan(req.prompt_ids().data(), req.prompt_ids_size()),
       req.max_seq_len(), params,
       absl::MakeConstSpan(req.stop_ids().data(), req.stop_ids_size()),
       req.max_new_tokens(), req.ledger() ? &ledger : nullptr,
-      req.resumed_outputs());
+      req.resumed_outputs(), images);
 }
 
 grpc::Status EngineServiceImpl::ExecuteLocked(const v1::StepRequest& req,

@@ -28,7 +28,18 @@ absl::StatusOr<Value> MessageValue(const ChatMessage& m, size_t index,
     d.Set("thinking", str(*m.reasoning_content));
   }
   d.Set("role", Value::String(m.role));
-  d.Set("content", str(m.content));
+  if (m.parts.empty()) {
+    d.Set("content", str(m.content));
+  } else {
+    std::vector<Value> parts;
+    for (const ChatContentPart& p : m.parts) {
+      ValueDict item;
+      item.Set("type", Value::String(p.image ? "image" : "text"));
+      if (!p.image) item.Set("text", str(p.text));
+      parts.push_back(Value::Dict(std::move(item)));
+    }
+    d.Set("content", Value::List(std::move(parts)));
+  }
   if (m.reasoning_content.has_value()) {
     d.Set("reasoning_content", str(*m.reasoning_content));
   }

@@ -40,9 +40,19 @@ struct ChatToolCall {
 // reasoning_content / tool_calls / tool_call_id / name only when set; when
 // reasoning_content is set it is also exposed as "thinking" (as
 // transformers >= 5 does for templates that read that name).
+// One part of a message's content: text, or an image (rendered by the
+// template as its placeholder).
+struct ChatContentPart {
+  bool image = false;
+  std::string text;  // when !image
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // When non-empty, the template's message.content is this list of
+  // {"type": "text", "text": ...} / {"type": "image"} items instead.
+  std::vector<ChatContentPart> parts;
   std::optional<std::string> reasoning_content;
   std::vector<ChatToolCall> tool_calls;
   std::optional<std::string> tool_call_id;

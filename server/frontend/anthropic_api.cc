@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/frontend/image_prep.h"
 
 namespace pdserve::frontend {
 namespace {
@@ -42,6 +43,37 @@ absl::Status BlocksText(const Json& v, const std::string& key,
   return absl::OkStatus();
 }
 
+// An image block's source as a data: URL: {"type": "base64", "media_type",
+// "data"}; "url" sources are refused (nothing is fetched).
+absl::StatusOr<std::string> ImageBlockUrl(const Json& block,
+                                          const std::string& key) {
+  auto src = block.find("source");
+  if (src == block.end() || !src->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".source must be an object"));
+  }
+  std::optional<std::string> type, media, data, url;
+  PDSERVE_RETURN_IF_ERROR(GetString(*src, "type", &type));
+  if (type.value_or("") == "url") {
+    PDSERVE_RETURN_IF_ERROR(GetString(*src, "url", &url));
+    PDSERVE_RETURN_IF_ERROR(
+        CheckInlineImageUrl(url.value_or(""), key + ".source.url"));
+    return *url;
+  }
+  if (type.value_or("") != "base64") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ".source.type '", type.value_or(""),
+        "' is not supported (base64; url sources are not fetched)"));
+  }
+  PDSERVE_RETURN_IF_ERROR(GetString(*src, "media_type", &media));
+  PDSERVE_RETURN_IF_ERROR(GetString(*src, "data", &data));
+  if (!data.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".source.data is required"));
+  }
+  return absl::StrCat("data:", media.value_or(""), ";base64,", *data);
+}
+
 // One turn's content: text (and thinking) blocks make one message;
 // tool_use blocks are its tool calls; each tool_result block is a "tool"
 // message of its own, before the turn's text.
@@ -55,6 +87,7 @@ absl::Status ParseTurn(const std::string& role, const Json& content,
     return absl::OkStatus();
   }
   bool any = false;
+  std::vector<v1::ContentPart> parts;  // text and image blocks in order
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string bk = absl::StrCat(key, "[", i, "]");
     const Json& b = content[i];
@@ -68,8 +101,12 @@ absl::Status ParseTurn(const std::string& role, const Json& content,
     if (t == "text") {
       std::optional<std::string> text;
       PDSERVE_RETURN_IF_ERROR(GetString(b, "text", &text));
-      if (!turn.content().empty()) turn.mutable_content()->push_back('\n');
-      turn.mutable_content()->append(text.value_or(""));
+      parts.emplace_back().set_text(text.value_or(""));
+      any = true;
+    } else if (t == "image" && role == "user") {
+      auto url = ImageBlockUrl(b, bk);
+      if (!url.ok()) return url.status();
+      parts.emplace_back().mutable_image()->set_url(*std::move(url));
       any = true;
     } else if (t == "thinking" && role == "assistant") {
       std::optional<std::string> thinking;
@@ -105,9 +142,10 @@ absl::Status ParseTurn(const std::string& role, const Json& content,
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           bk, ".type '", t, "' is not supported in a ", role,
-          " turn (text, thinking, tool_use, tool_result)"));
+          " turn (text, image, thinking, tool_use, tool_result)"));
     }
   }
+  SetContentFromParts(std::move(parts), &turn);
   if (any || turn.tool_calls_size() > 0) *req->add_messages() = std::move(turn);
   return absl::OkStatus();
 }

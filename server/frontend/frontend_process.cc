@@ -10,6 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/process.h"
+#include "engine/formats/gguf.h"
+#include "engine/loader/model_loader.h"
+#include "engine/loader/vision_loader.h"
 #include "proto/rpc_util.h"
 #include "server/frontend/frontend_service.h"
 #include "server/frontend/generation_stream.h"
@@ -33,6 +36,39 @@ void RaiseFileLimit() {
     lim.rlim_cur = lim.rlim_max;
     (void)setrlimit(RLIMIT_NOFILE, &lim);
   }
+}
+
+// The vision tower's config (placeholder ids, processor sizes) of a
+// vision-language model: from --mmproj (ids from the vocabulary), else from
+// the model's own config (a safetensors checkpoint's vision_config). A
+// model whose config cannot be read serves text.
+absl::Status LoadVision(const config::FrontendProcessOptions& flags,
+                        ModelContext& model) {
+  model.image_limits = {flags.max_image_bytes, flags.max_image_pixels,
+                        flags.max_images};
+  if (!flags.mmproj.empty()) {
+    auto f = GgufFile::Open(flags.mmproj);
+    if (!f.ok()) return f.status();
+    auto v = VisionConfigFromMmproj(**f);
+    if (!v.ok()) return v.status();
+    const Tokenizer& t = *model.tokenizer;
+    for (auto [text, id] :
+         {std::pair{"<|image_pad|>", &v->image_token_id},
+          std::pair{"<|vision_start|>", &v->vision_start_token_id},
+          std::pair{"<|vision_end|>", &v->vision_end_token_id}}) {
+      *id = t.FindToken(text);
+      if (*id < 0) {
+        return absl::NotFoundError(absl::StrCat(
+            "--mmproj: the vocabulary has no ", text, " token"));
+      }
+    }
+    model.vision = *v;
+    return absl::OkStatus();
+  }
+  if (flags.model.empty()) return absl::OkStatus();
+  auto c = ReadModelConfig(flags.model);
+  if (c.ok()) model.vision = c->vision;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -117,6 +153,11 @@ int RunFrontendProcess(const config::FrontendProcessOptions& flags) {
     return 1;
   }
   (*model)->max_seq_len = start_capacity;
+  if (absl::Status s = LoadVision(flags, **model); !s.ok()) {
+    std::fprintf(stderr, "pdserve frontend: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
   auto metrics_flags =
       metrics::MetricsFlagsFromOptions(flags.metrics, flags.host, name);
   std::optional<metrics::FrontendMetricsHandle> metrics;

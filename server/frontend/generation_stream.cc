@@ -127,6 +127,7 @@ std::shared_ptr<GenerationStream> GenerationStream::Start(
                                     prepared.stop_ids.end());
   s.submit_.set_priority(req.priority());
   s.submit_.set_top_logprobs(req.top_logprobs());
+  for (const v1::ImageInput& img : prepared.images) *s.submit_.add_images() = img;
   if (prepared.constraint.has_value()) {
     *s.submit_.mutable_sampling()->mutable_constraint() = *prepared.constraint;
   }

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/frontend/image_prep.h"
 #include "server/frontend/openai_tools.h"
 #include "server/tokenizer/unicode.h"
 
@@ -32,12 +33,13 @@ Json StopReasonJson(const v1::Final& f) {
   return f.stop_string().empty() ? Json(nullptr) : Json(f.stop_string());
 }
 
-// The message content as text: a string, or the text of its text parts.
-absl::Status ContentText(const Json& content, const std::string& key,
-                         std::string* out) {
+// The message content: a string, or a list of text and image_url parts
+// (images only as data: URLs; SetContentFromParts).
+absl::Status ContentParts(const Json& content, const std::string& key,
+                          v1::ChatMessage* out) {
   if (content.is_null()) return absl::OkStatus();
   if (content.is_string()) {
-    *out = content.get<std::string>();
+    out->set_content(content.get<std::string>());
     return absl::OkStatus();
   }
   if (!content.is_array()) {
@@ -45,6 +47,7 @@ absl::Status ContentText(const Json& content, const std::string& key,
         key, " must be a string or a list of content parts, got ",
         JsonTypeName(content)));
   }
+  std::vector<v1::ContentPart> parts;
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
     const std::string pk = absl::StrCat(key, "[", i, "]");
@@ -54,14 +57,31 @@ absl::Status ContentText(const Json& content, const std::string& key,
     }
     std::optional<std::string> type, text;
     PDSERVE_RETURN_IF_ERROR(GetString(part, "type", &type));
+    if (type.value_or("text") == "image_url") {
+      // {"image_url": {"url": ..., "detail": ...}} or {"image_url": "..."}.
+      auto it = part.find("image_url");
+      std::optional<std::string> url;
+      if (it != part.end() && it->is_object()) {
+        PDSERVE_RETURN_IF_ERROR(GetString(*it, "url", &url));
+      } else if (it != part.end() && it->is_string()) {
+        url = it->get<std::string>();
+      }
+      const std::string uk = pk + ".image_url.url";
+      if (!url.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(uk, " is required"));
+      }
+      PDSERVE_RETURN_IF_ERROR(CheckInlineImageUrl(*url, uk));
+      parts.emplace_back().mutable_image()->set_url(*url);
+      continue;
+    }
     if (type.value_or("text") != "text") {
       return absl::InvalidArgumentError(absl::StrCat(
-          pk, ".type '", *type, "' is not supported (only text parts)"));
+          pk, ".type '", *type, "' is not supported (text, image_url)"));
     }
     PDSERVE_RETURN_IF_ERROR(GetString(part, "text", &text));
-    if (!out->empty() && text.has_value()) out->push_back('\n');
-    out->append(text.value_or(""));
+    parts.emplace_back().set_text(text.value_or(""));
   }
+  SetContentFromParts(std::move(parts), out);
   return absl::OkStatus();
 }
 
@@ -200,8 +220,7 @@ absl::Status ParseChatMessages(const Json& messages, const char* key,
     if (name.has_value()) out->set_name(*name);
     auto it = m.find("content");
     if (it != m.end()) {
-      PDSERVE_RETURN_IF_ERROR(
-          ContentText(*it, mk + ".content", out->mutable_content()));
+      PDSERVE_RETURN_IF_ERROR(ContentParts(*it, mk + ".content", out));
     }
     PDSERVE_RETURN_IF_ERROR(ParseMessageTools(m, mk, out));
   }

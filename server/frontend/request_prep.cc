@@ -95,6 +95,39 @@ absl::Status ApplyTemplateKwargs(const google::protobuf::Struct& kwargs,
   return absl::OkStatus();
 }
 
+// messages[i].parts as the template's content list.
+absl::Status ContentParts(const v1::ChatMessage& m, int i, ChatMessage* msg) {
+  if (m.parts_size() > 0 && !m.content().empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "messages[%d] has both content and %d parts; send one of them", i,
+        m.parts_size()));
+  }
+  for (int j = 0; j < m.parts_size(); ++j) {
+    const v1::ContentPart& p = m.parts(j);
+    ChatContentPart part;
+    part.image = p.has_image();
+    if (!part.image) {
+      if (auto s = CheckUtf8(absl::StrFormat("messages[%d].parts[%d].text", i, j),
+                             p.text());
+          !s.ok()) {
+        return s;
+      }
+      part.text = p.text();
+    }
+    msg->parts.push_back(std::move(part));
+  }
+  bool image = false;
+  for (const ChatContentPart& p : msg->parts) image |= p.image;
+  if (!image) {  // text alone: the string a text-only template expects
+    for (const ChatContentPart& p : msg->parts) {
+      if (!msg->content.empty()) msg->content.push_back('\n');
+      msg->content += p.text;
+    }
+    msg->parts.clear();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
     const v1::GenerateRequest& req, const ModelContext& model,
     const nlohmann::ordered_json& tools, bool add_generation_prompt = true) {
@@ -114,10 +147,12 @@ absl::StatusOr<std::vector<PromptSegment>> RenderMessages(
         !s.ok()) {
       return s;
     }
-    any_content |= !m.content().empty() || m.tool_calls_size() > 0;
+    any_content |= !m.content().empty() || m.tool_calls_size() > 0 ||
+                   m.parts_size() > 0;
     ChatMessage msg;
     msg.role = m.role();
     msg.content = m.content();
+    if (auto s = ContentParts(m, i, &msg); !s.ok()) return s;
     if (!m.name().empty()) msg.name = m.name();
     if (!m.reasoning_content().empty()) msg.reasoning_content = m.reasoning_content();
     if (!m.tool_call_id().empty()) msg.tool_call_id = m.tool_call_id();
@@ -397,11 +432,22 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,
         !s.ok()) {
       return s;
     }
+    auto images = PrepareRequestImages(req, model.name, model.vision,
+                                       model.image_limits);
+    if (!images.ok()) return images.status();
     // Template text carries the control tokens; request text never does.
     for (const PromptSegment& segment : *segments) {
       auto ids = tok.Encode(segment.text, /*parse_special=*/!segment.user_text);
       if (!ids.ok()) return ids.status();
       out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
+    }
+    if (!images->empty()) {
+      if (absl::Status s = ExpandImagePlaceholders(
+              &out.prompt_ids, model.vision.image_token_id, *images);
+          !s.ok()) {
+        return s;
+      }
+      out.images = ToImageInputs(*images);
     }
   } else if (ids) {
     if (req.sampling().has_constraint()) {

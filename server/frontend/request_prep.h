@@ -16,6 +16,8 @@
 #include "absl/types/span.h"
 #include "pdserve/v1/api.pb.h"
 #include "engine/grammar/grammar.h"
+#include "engine/model_config.h"
+#include "server/frontend/image_prep.h"
 #include "server/chat/chat_template.h"
 #include "server/chat/output_parser.h"
 #include "server/tokenizer/tokenizer.h"
@@ -44,6 +46,11 @@ struct ModelContext {
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   // The tokens of "<think>" and "</think>" (empty without reasoning).
   std::vector<int32_t> think_start_ids, think_end_ids;
+  // Vision-language models: the vision tower's config (placeholder ids,
+  // processor sizes; present() false for text-only models), and the
+  // limits on a request's images.
+  VisionConfig vision;
+  ImageLimits image_limits;
 };
 
 // Overrides of what LoadModelContext detects.
@@ -72,6 +79,9 @@ struct PreparedRequest {
   // How the reply is parsed (reasoning, tool calls); call_id_seed is the
   // stream's to set.
   OutputParserOptions parser;
+  // The prompt's images in order; prompt_ids hold their expanded
+  // placeholders.
+  std::vector<v1::ImageInput> images;
 };
 
 // Parses a serialized GenerateRequest. When protobuf refuses it, finds the
@@ -101,6 +111,8 @@ absl::StatusOr<std::unique_ptr<ModelContext>> LoadModelContext(
 // max_reasoning_tokens, a constraint that does not compile ("sampling.
 // constraint: json_schema does not compile: ...") or comes with a forced
 // tool choice: INVALID_ARGUMENT.
+// Images (messages[].parts): PrepareRequestImages' errors (image_prep.h);
+// a message with both content and parts.
 // RESOURCE_EXHAUSTED: prompt longer than the sequence capacity, or too
 // many constraints compiling at once.
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& req,

@@ -93,9 +93,10 @@ absl::Status ReadByteLevelBpe(const GgufFile& f, VocabSpec* spec) {
         absl::StrCat(f.path(), ": ", kind.status().message()));
   }
   spec->pre = *kind;
-  // The Hugging Face reference normalises Qwen2 (and Qwen3.5) text to NFC.
-  spec->nfc = spec->pre == PreTokenizerKind::kQwen2 ||
-              spec->pre == PreTokenizerKind::kQwen35;
+  // The Hugging Face reference normalises Qwen2 text to NFC; Qwen3.5's
+  // tokenizer.json has no normaliser (llama.cpp's ggml-vocab-qwen35 vectors
+  // keep "e" + U+0301 as two tokens).
+  spec->nfc = spec->pre == PreTokenizerKind::kQwen2;
   spec->ignore_merges = spec->pre == PreTokenizerKind::kLlama3;
   spec->add_bos = spec->pre == PreTokenizerKind::kLlama3;
   auto merges = f.GetStringArray("tokenizer.ggml.merges");

@@ -44,8 +44,9 @@ class Tokenizer {
   // parsed special token, as llama.cpp does.
   // Invalid UTF-8 is an InvalidArgument error "invalid UTF-8 at byte offset
   // N (byte 0xXX) of M-byte text"; nothing is replaced silently. Texts of
-  // 4 GiB or more are InvalidArgument too. Qwen vocabularies NFC-normalise
-  // the text first (as the Hugging Face reference does, GGUF path included).
+  // 4 GiB or more are InvalidArgument too. Qwen2/Qwen3 vocabularies
+  // NFC-normalise the text first (as the Hugging Face reference does, GGUF
+  // path included); Qwen3.5's ("qwen35", no normaliser) do not.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       std::string_view text, bool parse_special = false) const = 0;
 
@@ -59,7 +60,7 @@ class Tokenizer {
   // space that Encode added (from the first non-special token) is removed,
   // so Decode(Encode(s)) == s (except, as in SentencePiece itself, that a
   // literal "▁" in SentencePiece input decodes as a space, and NFC
-  // vocabularies (Qwen) give back the NFC form of s). skip_special drops
+  // vocabularies (Qwen2/3) give back the NFC form of s). skip_special drops
   // control/added/unknown tokens.
   virtual std::string Decode(absl::Span<const int32_t> ids,
                              bool skip_special = false) const;

@@ -151,6 +151,45 @@ TEST(OpsTest, SwiGluAndSoftmaxEveryLevel) {
   }
 }
 
+// torch's gelu(approximate='tanh') in double.
+double GeluTanhReference(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+TEST(OpsTest, GeluTanhEveryLevelIsTorchsTanhGelu) {
+  for (const auto* k : kernels_internal::SupportedKernels()) {
+    for (int64_t n : {1, 7, 8, 16, 17, 100, 4096}) {
+      SCOPED_TRACE(std::string(k->name) + " n=" + std::to_string(n));
+      std::vector<float> x = Random(n, 21, 6.0f);
+      x[0] = -100.0f;  // exp saturates: -> -0 within 1e-30
+      if (n > 1) x[1] = 100.0f;
+      if (n > 2) x[2] = 0.0f;
+      if (n > 3) x[3] = -1e-20f;
+      std::vector<float> out(n);
+      k->gelu_tanh(x.data(), n, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = GeluTanhReference(x[i]);
+        ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30)
+            << "i=" << i << " x=" << x[i];
+      }
+      if (n > 3) {  // an element's value does not depend on its place
+        std::vector<float> shifted(n - 3);
+        k->gelu_tanh(x.data() + 3, n - 3, shifted.data());
+        for (int64_t i = 0; i + 3 < n; ++i) ASSERT_EQ(shifted[i], out[i + 3]);
+      }
+      std::vector<float> in_place = x;  // out may equal x
+      k->gelu_tanh(in_place.data(), n, in_place.data());
+      ASSERT_EQ(in_place, out);
+    }
+  }
+  std::vector<float> x = {-3.0f, -0.5f, 0.25f, 2.0f}, out(4);
+  GeluTanh(x.data(), 4, out.data());  // the dispatching entry point
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(out[i], GeluTanhReference(x[i]), 1e-6);
+  }
+}
+
 // log(sum exp x) in double, shifted by the max.
 double NaiveLogSumExp(const std::vector<float>& x) {
   double max = -INFINITY;

@@ -82,7 +82,10 @@ TEST(OpenAiParseTest, WrongTypesAndHttpOnlyRulesNameTheField) {
       {R"({"messages": [], "logit_bias": {"x": 1}})",
        "logit_bias key 'x' is not a token id"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
-       "messages[0].content[0].type 'image_url' is not supported"},
+       "messages[0].content[0].image_url.url is required"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})",
+       "messages[0].content[0].type 'audio' is not supported (text, "
+       "image_url)"},
       {R"({"model": "m"})", "messages is required"},
   };
   for (const Case& c : cases) {

@@ -31,19 +31,33 @@ inline bool Exists(const std::string& path) {
 }
 
 inline std::string SharedDir() { return PDSERVE_SHARED_DIR; }
+inline std::string CacheDir() {
+  const char* cache = std::getenv("PDSERVE_CACHE");
+  const char* home = std::getenv("HOME");
+  return cache ? std::string(cache)
+               : std::string(home ? home : "") + "/.cache/pdserve";
+}
+// llama.cpp's vocabulary test file ggml-vocab-<name>.gguf: in the shared
+// data, else in the pinned llama.cpp sources the peer benchmarks unpack
+// ($PDSERVE_CACHE/peers/llamacpp/src/*/vendor/llama.cpp/models); the shared
+// path (absent) when neither has it.
 inline std::string VocabTestPath(const std::string& name) {
-  return SharedDir() + "/tokenizers/vocab-tests/ggml-vocab-" + name + ".gguf";
+  const std::string file = "ggml-vocab-" + name + ".gguf";
+  const std::string shared = SharedDir() + "/tokenizers/vocab-tests/" + file;
+  if (Exists(shared)) return shared;
+  std::error_code ec;
+  const std::filesystem::path src = CacheDir() + "/peers/llamacpp/src";
+  for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
+    const auto p = e.path() / "vendor/llama.cpp/models" / file;
+    if (Exists(p.string()) && Exists(p.string() + ".inp")) return p.string();
+  }
+  return shared;
 }
 inline std::string Qwen3JsonPath() {
   return SharedDir() + "/tokenizers/qwen3/tokenizer.json";
 }
 inline std::string SmolLmPath() {
-  const char* cache = std::getenv("PDSERVE_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string root =
-      cache ? std::string(cache)
-            : std::string(home ? home : "") + "/.cache/pdserve";
-  return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return CacheDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 // One test case of a llama.cpp vocab test: text and expected ids.

@@ -35,8 +35,8 @@ TEST_P(TokenizerVocabTest, MatchesReferenceIdsAndRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest,
-                         ::testing::Values("qwen2", "gpt-2", "llama-bpe",
-                                           "llama-spm"),
+                         ::testing::Values("qwen2", "qwen35", "gpt-2",
+                                           "llama-bpe", "llama-spm"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

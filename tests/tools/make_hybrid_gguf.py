@@ -10,7 +10,7 @@ package and the vendored gguf-py) from the llama-cpp-python source
 distribution on PyPI, downloaded into a temp dir with
   pip download --no-deps --no-binary :all: llama-cpp-python==VERSION
 and run with --outtype f32 --no-mtp (the tiny models have no MTP block; the
-converter asserts one exists otherwise). Nothing of llama.cpp is committed.
+converter asserts one exists otherwise; --mmproj runs take no MTP flag). Nothing of llama.cpp is committed.
 
 One deviation from a plain command-line run, for the vocabulary only: the
 fixtures carry no tokenizer (their 80 token ids are arbitrary), and the
@@ -26,6 +26,11 @@ Fixtures written (tests/data/hybrid/; small, committed):
   tiny_qwen3_next_fused.gguf  from tiny_qwen3_next/ with --fuse-qkv
                               --fuse-gate-up-exps (full-attention attn_qkv,
                               ffn_gate_up_exps)
+  ../vision/tiny_qwen35_vl.mmproj.gguf
+                              from ../vision/tiny_qwen35_vl/ with --mmproj:
+                              the vision tower as llama.cpp's mtmd loads it
+                              (projector qwen3vl_merger); the vision tests
+                              compare its encoder outputs with the goldens
 
 Checked with llama-cpp-python 0.3.36 (its gguf-py is 0.19.0, as the gguf
 package on PyPI); both architectures are supported by that converter.
@@ -33,7 +38,7 @@ package on PyPI); both architectures are supported by that converter.
 Environment: the reference venv (torch, numpy, safetensors, sentencepiece):
   . tests/tools/pyref_env.sh
   /opt/pyref/venv/bin/python tests/tools/make_hybrid_gguf.py [--version V]
-      [--sdist FILE.tar.gz] [--keep DIR]
+      [--sdist FILE.tar.gz] [--keep DIR] [--only OUT.gguf ...]
 """
 
 import argparse
@@ -74,6 +79,8 @@ JOBS = [
     ("tiny_qwen3_next", "tiny_qwen3_next.gguf", []),
     ("tiny_qwen3_next", "tiny_qwen3_next_fused.gguf",
      ["--fuse-qkv", "--fuse-gate-up-exps"]),
+    ("../vision/tiny_qwen35_vl", "../vision/tiny_qwen35_vl.mmproj.gguf",
+     ["--mmproj"]),
 ]
 
 
@@ -118,9 +125,11 @@ def check_supported(llama):
 
 
 def convert(llama, src, out, extra):
+    name = os.path.basename(src)
+    mtp = [] if "--mmproj" in extra else ["--no-mtp"]
     args = [sys.executable, "-c", DRIVER, llama, os.path.join(DATA, src),
-            "--outtype", "f32", "--no-mtp", "--model-name", src,
-            "--outfile", os.path.join(DATA, out)] + extra
+            "--outtype", "f32", *mtp, "--model-name", name,
+            "--outfile", os.path.normpath(os.path.join(DATA, out))] + extra
     subprocess.run(args, check=True, cwd=llama)
     print(f"{out}: {os.path.getsize(os.path.join(DATA, out))} bytes")
 
@@ -131,6 +140,8 @@ def main():
                     help="llama-cpp-python version, or 'latest'")
     ap.add_argument("--sdist", help="an already downloaded sdist")
     ap.add_argument("--keep", help="extract here instead of a temp dir")
+    ap.add_argument("--only", nargs="*", default=[],
+                    help="write only these outputs (file names)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or tmp
@@ -140,6 +151,8 @@ def main():
         print(f"converter: {os.path.basename(sdist)}, "
               f"gguf-py {gguf_py_version(llama)}")
         for src, out, extra in JOBS:
+            if args.only and os.path.basename(out) not in args.only:
+                continue
             convert(llama, src, out, extra)
 
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Generates tests/data/tokenizer/qwen35_reference.json (Qwen3.5 pre-tokenizer).
 
-Qwen3.5's tokenizer.json is Qwen3's with one change in the Split regex of
-the pre-tokenizer: combining marks join letter runs ([\\p{L}\\p{M}]+ where
-Qwen2/3 has \\p{L}+) and leave punctuation runs ([^\\s\\p{L}\\p{M}\\p{N}]
-where Qwen2/3 has [^\\s\\p{L}\\p{N}]); llama.cpp names it "qwen35". This
-script takes Qwen3's tokenizer.json, swaps that regex in, and records what
-the PyPI `tokenizers` package (the reference) makes of strings rich in marks:
+Qwen3.5's tokenizer.json is Qwen3's with two changes: the Split regex of
+the pre-tokenizer lets combining marks join letter runs ([\\p{L}\\p{M}]+
+where Qwen2/3 has \\p{L}+) and leave punctuation runs
+([^\\s\\p{L}\\p{M}\\p{N}] where Qwen2/3 has [^\\s\\p{L}\\p{N}]);
+llama.cpp names it "qwen35"; and it has no NFC normaliser (llama.cpp's
+ggml-vocab-qwen35 vectors, made from the real tokenizer, keep "e" + U+0301
+as two tokens). This script takes Qwen3's tokenizer.json, swaps that regex
+in and drops the normaliser, and records what the PyPI `tokenizers`
+package (the reference) makes of strings rich in marks:
 
     python3 -m venv V && V/bin/pip install tokenizers
     V/bin/python tests/tools/make_qwen35_tokenizer_vectors.py [--shared ../shared]
@@ -14,7 +17,7 @@ the PyPI `tokenizers` package (the reference) makes of strings rich in marks:
 Output (committed; CI never runs this script):
   {"regex": the Qwen3.5 Split regex (as tokenizer.json spells it),
    "qwen2_regex": the regex it replaced,
-   "cases": [{"text", "ids" (Qwen3.5, no special tokens added),
+   "cases": [{"text", "ids" (Qwen3.5, no special tokens added, no NFC),
               "qwen2_ids" (the unmodified Qwen3 tokenizer.json),
               "pieces" (the Split alone on the raw text)}]}
 """
@@ -97,12 +100,15 @@ def random_texts(n, seed):
             for _ in range(n)]
 
 
-def load(path, regex):
+def load(path, regex, nfc):
     doc = json.load(open(path, encoding='utf-8'))
     split = doc['pre_tokenizer']['pretokenizers'][0]
     assert split['type'] == 'Split', split
     assert split['pattern']['Regex'] == QWEN2_REGEX, split['pattern']
+    assert doc['normalizer'] == {'type': 'NFC'}, doc['normalizer']
     split['pattern']['Regex'] = regex
+    if not nfc:
+        doc['normalizer'] = None
     return Tokenizer.from_str(json.dumps(doc))
 
 
@@ -111,8 +117,8 @@ def main():
     ap.add_argument('--shared', default=os.path.join(HERE, '..', '..', '..', 'shared'))
     args = ap.parse_args()
     path = os.path.join(args.shared, 'tokenizers', 'qwen3', 'tokenizer.json')
-    qwen35 = load(path, QWEN35_REGEX)
-    qwen2 = load(path, QWEN2_REGEX)
+    qwen35 = load(path, QWEN35_REGEX, nfc=False)
+    qwen2 = load(path, QWEN2_REGEX, nfc=True)
     split = Split(Regex(QWEN35_REGEX), behavior='isolated', invert=False)
     cases = []
     for text in TEXTS + random_texts(24, seed=35):

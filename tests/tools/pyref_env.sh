@@ -10,6 +10,7 @@ if "$PY" -c 'import torch' >/dev/null 2>&1; then return 0 2>/dev/null || exit 0;
 NV="${PDSERVE_CACHE:-$HOME/.cache/pdserve}/nvlibs/pkgs/nvidia"
 if [ ! -d "$NV/nccl/lib" ]; then
   tmp="$(mktemp -d)"
+  mkdir -p "$(dirname "$NV")"
   "$PY" -m pip download --no-deps -q -d "$tmp" nvidia-cusparselt-cu13==0.8.1 \
     nvidia-nvshmem-cu13==3.7.2 nvidia-cufile nvidia-nccl-cu13==2.30.7
   for w in "$tmp"/*.whl; do unzip -q -o "$w" -d "$(dirname "$NV")"; done
