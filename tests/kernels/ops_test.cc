@@ -151,10 +151,17 @@ TEST(OpsTest, SwiGluAndSoftmaxEveryLevel) {
   }
 }
 
-// torch's gelu(approximate='tanh') in double.
+// torch's gelu(approximate='tanh') in double, as torch writes it (1 + tanh
+// cancels for x below about -5: absolute accuracy only there) ...
 double GeluTanhReference(double x) {
   const double c = std::sqrt(2.0 / M_PI);
   return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+// ... and the same function without the cancellation, x * sigmoid(2u).
+double GeluTanhStable(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return x / (1.0 + std::exp(-2.0 * c * (x + 0.044715 * x * x * x)));
 }
 
 TEST(OpsTest, GeluTanhEveryLevelIsTorchsTanhGelu) {
@@ -169,8 +176,14 @@ TEST(OpsTest, GeluTanhEveryLevelIsTorchsTanhGelu) {
       std::vector<float> out(n);
       k->gelu_tanh(x.data(), n, out.data());
       for (int64_t i = 0; i < n; ++i) {
-        const double want = GeluTanhReference(x[i]);
-        ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30)
+        const double want = GeluTanhStable(x[i]);
+        // The float argument -2u carries a few roundings (~5 half-ulps of
+        // |2u|): exp turns them into the tail's relative error.
+        const double two_u = 2.0 * std::sqrt(2.0 / M_PI) *
+                             std::fabs(x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        const double tol = (1e-6 + 3e-7 * two_u) * std::fabs(want);
+        ASSERT_NEAR(out[i], want, tol + 1e-30) << "i=" << i << " x=" << x[i];
+        ASSERT_NEAR(out[i], GeluTanhReference(x[i]), tol + 1e-12)
             << "i=" << i << " x=" << x[i];
       }
       if (n > 3) {  // an element's value does not depend on its place
