@@ -27,6 +27,7 @@
 // One JSON line per (image, threads).
 //
 // Usage: vision_bench [--repeat R] [--lm-layers N] [--sizes 448,1024]
+//                     [--threads 1,2]
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -252,12 +253,25 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace pdserve;
   int repeat = 3, lm_layers = 4;
-  std::string sizes = "448,1024";
-  bench::BenchFlags("vision_bench [--repeat R] [--lm-layers N] [--sizes A,B]")
+  std::string sizes = "448,1024", thread_list = "1,2";
+  bench::BenchFlags(
+      "vision_bench [--repeat R] [--lm-layers N] [--sizes A,B] "
+      "[--threads 1,2]")
       .Int("repeat", &repeat, 1, 100)
       .Int("lm-layers", &lm_layers, 1, 32)
       .String("sizes", &sizes)
+      .String("threads", &thread_list)
       .Parse(argc, argv);
+  std::vector<int> thread_counts;
+  for (absl::string_view sv : absl::StrSplit(thread_list, ',')) {
+    int t = 0;
+    if (!absl::SimpleAtoi(sv, &t) || t < 1 || t > 256) {
+      std::fprintf(stderr, "vision_bench: bad thread count '%s'\n",
+                   std::string(sv).c_str());
+      return 2;
+    }
+    thread_counts.push_back(t);
+  }
   std::shared_ptr<const ModelWeights> w = BuildModel(lm_layers);
   uint64_t id = 1;
   for (absl::string_view sv : absl::StrSplit(sizes, ',')) {
@@ -270,7 +284,7 @@ int main(int argc, char** argv) {
     const std::string png = MakePng(size);
     auto grid = GridForImage(size, size, w->config.vision.preprocess);
     if (!grid.ok()) return 1;
-    for (int threads : {1, 2}) {
+    for (int threads : thread_counts) {
       std::vector<double> admit, encode, prefill, cpu;
       for (int k = 0; k < repeat; ++k) {
         const Run r = Once(w, threads, png, *grid, id++);

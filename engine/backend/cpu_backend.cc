@@ -14,12 +14,13 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   if (!fp.ok()) return fp.status();
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->forward_ = std::move(*fp);
-  if (absl::Status s = b->InitVision(weights, threads); !s.ok()) return s;
+  if (absl::Status s = b->InitVision(threads); !s.ok()) return s;
   return b;
 }
 
-absl::Status CpuBackend::InitVision(const ModelWeights& weights,
-                                    ThreadPool& threads) {
+absl::Status CpuBackend::InitVision(ThreadPool& threads) {
+  // The encoder multiplies by the packed copies the forward pass made.
+  const ModelWeights& weights = forward_->packed_weights();
   if (!weights.config.vision.present()) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<VisionEncoder>> v =
       VisionEncoder::Create(weights, threads);
@@ -70,9 +71,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateOwning(
       weights, *b->owned_kv_, *b->owned_threads_, max_batch_tokens);
   if (!fp.ok()) return fp.status();
   b->forward_ = std::move(*fp);
-  if (absl::Status s = b->InitVision(weights, *b->owned_threads_); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = b->InitVision(*b->owned_threads_); !s.ok()) return s;
   return b;
 }
 

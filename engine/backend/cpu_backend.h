@@ -60,7 +60,7 @@ class CpuBackend : public ForwardBackend {
 
  private:
   // The vision tower when the model has one (created with the backend).
-  absl::Status InitVision(const ModelWeights& weights, ThreadPool& threads);
+  absl::Status InitVision(ThreadPool& threads);  // after forward_ is set
 
   CpuBackend() = default;
 

@@ -128,6 +128,9 @@ class ForwardPass {
                    absl::Span<float> logits, ForwardStats* stats = nullptr);
 
   const ModelConfig& config() const { return weights_.config; }
+  // The model with its matrices packed for the active kernels (the vision
+  // tower's too); valid as long as this object.
+  const ModelWeights& packed_weights() const { return weights_; }
   int64_t max_batch_tokens() const { return max_tokens_; }
   int64_t max_positions() const { return max_positions_; }
 

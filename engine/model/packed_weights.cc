@@ -36,6 +36,13 @@ std::vector<WeightView*> Matrices(ModelWeights& w) {
     add_expert(lw.shared);
   }
   add(w.lm_head);
+  VisionWeights& v = w.vision;
+  add(v.patch_embed);
+  for (VisionBlockWeights& b : v.blocks) {
+    for (WeightView* m : {&b.qkv, &b.proj, &b.fc1, &b.fc2}) add(*m);
+  }
+  add(v.merger_fc1);
+  add(v.merger_fc2);
   return out;
 }
 

@@ -13,8 +13,9 @@
 
 namespace pdserve {
 
-// A copy of `src` whose matrices (every layer's projections, experts and the
-// LM head; not the token embedding, which is read by rows) carry packed
+// A copy of `src` whose matrices (every layer's projections, experts, the
+// LM head and the vision tower's; not the token embedding, which is read by
+// rows) carry packed
 // copies for the active kernels. The packed copies live in one anonymous
 // mapping (transparent huge pages requested) owned through the result's
 // `storage`, which also shares `src`'s storage, so the result stays valid on

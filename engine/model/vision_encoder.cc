@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dtype.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -11,10 +12,30 @@ namespace pdserve {
 namespace {
 
 // Query rows per block of the attention scores ([rows][frame patches]).
-constexpr int64_t kQueryBlock = 256;
+constexpr int64_t kQueryBlock = 1024;
 
 float GeluErf(float x) {
   return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+}
+
+// src [rows][cols] rounded to bf16 into `bf`, packed for the active kernels
+// into `packed` (64-byte aligned inside it) when they pack bf16.
+WeightView PackedBf16View(const float* src, int64_t rows, int64_t cols,
+                          std::vector<uint16_t>& bf,
+                          std::vector<uint8_t>& packed) {
+  bf.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) bf[i] = F32ToBF16(src[i]);
+  WeightView v;
+  v.type = DType::kBF16;
+  v.rows = rows;
+  v.cols = cols;
+  v.row_bytes = cols * 2;
+  v.data = bf.data();
+  const int64_t bytes = PackedWeightBytes(v);
+  if (bytes == 0) return v;
+  packed.resize(static_cast<size_t>(bytes + 64));
+  const auto addr = reinterpret_cast<uintptr_t>(packed.data());
+  return PackWeights(v, packed.data() + ((64 - addr % 64) % 64));
 }
 
 WeightView F32View(const float* data, int64_t rows, int64_t cols) {
@@ -57,7 +78,10 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Create(
 }
 
 VisionEncoder::VisionEncoder(const ModelWeights& weights, ThreadPool& pool)
-    : c_(weights.config.vision), w_(weights.vision), pool_(pool) {}
+    : c_(weights.config.vision), w_(weights.vision), pool_(pool) {
+  const DType t = w_.blocks.empty() ? DType::kF32 : w_.blocks[0].qkv.type;
+  attend_in_bf16_ = t == DType::kBF16 || t == DType::kF16;
+}
 
 int64_t VisionEncoder::OutputRows(const ImageGrid& grid) const {
   return grid.num_tokens(c_.merge_size());
@@ -257,8 +281,13 @@ void VisionEncoder::AttendHead(int64_t row0, int64_t len, int64_t head) {
     std::copy(src + h, src + h + hd, k_.data() + r * hd);
     for (int64_t d = 0; d < hd; ++d) vt_[d * len + r] = src[2 * h + d];
   }
-  const WeightView keys = F32View(k_.data(), len, hd);
-  const WeightView values_t = F32View(vt_.data(), hd, len);
+  const WeightView keys =
+      attend_in_bf16_ ? PackedBf16View(k_.data(), len, hd, k16_, k_packed_)
+                      : F32View(k_.data(), len, hd);
+  const WeightView values_t =
+      attend_in_bf16_
+          ? PackedBf16View(vt_.data(), hd, len, vt16_, vt_packed_)
+          : F32View(vt_.data(), hd, len);
   const int64_t block = std::min(kQueryBlock, len);
   q_.resize(block * hd);
   scores_.resize(block * len);

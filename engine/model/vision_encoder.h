@@ -71,6 +71,12 @@ class VisionEncoder {
   std::vector<float> x_, xn_, qkv_, attn_, mid_, tmp_;
   std::vector<float> cos_, sin_;  // [patch][head_dim / 2]
   std::vector<float> q_, k_, vt_, scores_, o_;  // one head's operands
+  // A tower of 16-bit weights attends in bf16 too (keys and transposed
+  // values rounded to bf16 and packed per head, so both products run on the
+  // packed bf16 kernels); an f32 tower in f32.
+  bool attend_in_bf16_ = false;
+  std::vector<uint16_t> k16_, vt16_;
+  std::vector<uint8_t> k_packed_, vt_packed_;
 };
 
 }  // namespace pdserve

@@ -3,14 +3,17 @@
 // pooler_output: images decoded and preprocessed by pdserve, every output
 // within 1e-4 (fp32).
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "engine/image/image_decode.h"
 #include "engine/image/image_preprocess.h"
 #include "engine/loader/model_loader.h"
 #include "engine/loader/vision_loader.h"
+#include "engine/model/packed_weights.h"
 #include "engine/model/vision_encoder.h"
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
 #include "kernels/thread_pool.h"
 #include "tests/engine/vision_test_util.h"
 
@@ -91,6 +94,75 @@ TEST(VisionEncoderTest, MatchesTransformersPerImage) {
   std::unique_ptr<ModelWeights> w = LoadTinyVl();
   ASSERT_NE(w, nullptr);
   ExpectEncoderGoldens(*w, "hf_");
+}
+
+// `v` (f32) rounded to bf16, its storage owned by `w`.
+WeightView ToBf16(const WeightView& v, ModelWeights& w) {
+  auto bf = std::make_shared<std::vector<uint16_t>>(v.rows * v.cols);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const auto* row = reinterpret_cast<const float*>(v.row(r));
+    for (int64_t c = 0; c < v.cols; ++c) {
+      (*bf)[r * v.cols + c] = F32ToBF16(row[c]);
+    }
+  }
+  WeightView out = v;
+  out.type = DType::kBF16;
+  out.row_bytes = v.cols * 2;
+  out.data = bf->data();
+  out.packed = nullptr;
+  w.storage.push_back(bf);
+  return out;
+}
+
+// A bf16 tower (as Qwen3.5's checkpoints ship) also attends in bf16: within
+// bf16's rounding of the fp32 goldens, with the matrices row-major and
+// packed for the active kernels as the CPU backend packs them.
+TEST(VisionEncoderTest, Bf16TowerStaysNearTheGoldens) {
+  std::unique_ptr<ModelWeights> w = LoadTinyVl();
+  ASSERT_NE(w, nullptr);
+  VisionWeights& v = w->vision;
+  ASSERT_EQ(v.patch_embed.type, DType::kF32);
+  v.patch_embed = ToBf16(v.patch_embed, *w);
+  for (VisionBlockWeights& b : v.blocks) {
+    for (WeightView* m : {&b.qkv, &b.proj, &b.fc1, &b.fc2}) {
+      *m = ToBf16(*m, *w);
+    }
+  }
+  v.merger_fc1 = ToBf16(v.merger_fc1, *w);
+  v.merger_fc2 = ToBf16(v.merger_fc2, *w);
+  ThreadPool pool(2);
+  const std::unique_ptr<const PackedModel> packed = PackModelForCpu(*w, pool);
+  const nlohmann::json meta = ReadJson(kTinyVlDir + "/encoder.json");
+  const std::vector<float> golden =
+      ReadF32(kTinyVlDir + "/" + meta["file"].get<std::string>());
+  ImagePreprocessConfig pre = w->config.vision.preprocess;
+  pre.min_pixels = meta["min_pixels"];
+  pre.max_pixels = meta["max_pixels"];
+  for (const ModelWeights* model :
+       {static_cast<const ModelWeights*>(w.get()), &packed->weights}) {
+    absl::StatusOr<std::unique_ptr<VisionEncoder>> enc =
+        VisionEncoder::Create(*model, pool);
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    for (const auto& img : meta["images"]) {
+      SCOPED_TRACE(img["image"].get<std::string>());
+      ImagePatches patches = vision_test::PreprocessFixture(img["image"], pre);
+      std::vector<float> out((*enc)->OutputRows(patches.grid) *
+                                 (*enc)->out_hidden(),
+                             NAN);
+      ASSERT_TRUE((*enc)->Encode(patches, absl::MakeSpan(out)).ok());
+      const float* want = golden.data() + img["offset"].get<int64_t>();
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        worst = std::max(worst, double{std::fabs(out[i] - want[i])});
+        scale = std::max(scale, double{std::fabs(want[i])});
+      }
+      EXPECT_GT(worst, 0.0);  // it did round: not the f32 path
+      EXPECT_LE(worst, 0.03 * scale) << "largest |golden| " << scale;
+      testing::Test::RecordProperty(
+          "bf16_" + img["image"].get<std::string>() + "_relative_error",
+          std::to_string(worst / scale));
+    }
+  }
 }
 
 // The same tower converted by llama.cpp's own converter (--mmproj), attached
