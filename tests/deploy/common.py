@@ -60,3 +60,21 @@ def load_yaml_docs(path_or_text):
 def skip(message):
     print(f"SKIPPED: {message}")
     raise SystemExit(SKIP)
+
+
+def pod_spec(doc):
+    if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+        return doc["spec"]["template"]["spec"]
+    return None
+
+
+def containers(doc):
+    spec = pod_spec(doc)
+    return spec["containers"] if spec else []
+
+
+def flag_value(args, flag):
+    for a in args:
+        if a.startswith(f"--{flag}="):
+            return a.split("=", 1)[1]
+    return None

@@ -5,7 +5,7 @@ k8s_checks.py (structure, self-test) and check_schema (API schemas)."""
 import copy
 import re
 
-from common import NAMES_H, Failure
+from common import NAMES_H, Failure, containers, flag_value
 
 POOL_GROUP = "inference.networking.k8s.io"
 EPP_METRIC_FLAGS = ("total-queued-requests-metric",
@@ -17,19 +17,6 @@ EPP_METRIC_DEFAULTS = {
     "total-running-requests-metric": "vllm:num_requests_running",
     "kv-cache-usage-percentage-metric": "vllm:kv_cache_usage_perc",
 }
-
-
-def _flag(args, flag):
-    for a in args:
-        if a.startswith(f"--{flag}="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _containers(doc):
-    if doc["kind"] in ("Deployment", "StatefulSet"):
-        return doc["spec"]["template"]["spec"]["containers"]
-    return []
 
 
 def _selects(selector, doc):
@@ -74,17 +61,17 @@ def check_gateway(deployments, by_kind):
                       f"cells")
     cell = members[0]
     for port in spec["targetPorts"]:
-        serving = [c for c in _containers(cell) if is_pdserve(c) and
-                   _flag(c["args"], "http-port") == str(port["number"])]
+        serving = [c for c in containers(cell) if is_pdserve(c) and
+                   flag_value(c["args"], "http-port") == str(port["number"])]
         if not serving:
             raise Failure(f"gateway: pool target port {port['number']} is no "
                           f"front end's --http-port in the cell pod")
     epp = check_picker(spec["endpointPickerRef"], deployments, by_kind)
-    args = next(c for c in _containers(epp) if not is_pdserve(c))["args"]
+    args = next(c for c in containers(epp) if not is_pdserve(c))["args"]
     for flag, want, required in (("pool-name", name, True),
                                  ("pool-namespace", namespace, True),
                                  ("pool-group", POOL_GROUP, False)):
-        got = _flag(args, flag)
+        got = flag_value(args, flag)
         if (got is None and required) or (got is not None and got != want):
             raise Failure(f"gateway: picker --{flag}={got}, pool has {want}")
     check_scrape(args, spec, cell)
@@ -109,18 +96,18 @@ def check_picker(ref, deployments, by_kind):
         raise Failure(f"gateway: Service {ref['name']} selects "
                       f"{[d['metadata']['name'] for d in chosen]}")
     epp = chosen[0]
-    c = next((c for c in _containers(epp) if not is_pdserve(c)), None)
+    c = next((c for c in containers(epp) if not is_pdserve(c)), None)
     if c is None:
         raise Failure(f"gateway: {epp['metadata']['name']} runs no picker")
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
     target = next((p["targetPort"] for p in svc["spec"]["ports"]
                    if p["port"] == ref["port"]["number"]), None)
-    grpc = int(_flag(c["args"], "grpc-port") or 9002)
+    grpc = int(flag_value(c["args"], "grpc-port") or 9002)
     if ports.get(target, target) != grpc:
         raise Failure(f"gateway: picker Service port {ref['port']['number']} "
                       f"reaches {ports.get(target, target)}, the picker "
                       f"serves on --grpc-port {grpc}")
-    health = int(_flag(c["args"], "grpc-health-port") or 9003)
+    health = int(flag_value(c["args"], "grpc-health-port") or 9003)
     for probe in ("livenessProbe", "readinessProbe"):
         if c.get(probe, {}).get("grpc", {}).get("port") != health:
             raise Failure(f"gateway: picker {probe} is not on its gRPC "
@@ -155,10 +142,10 @@ def check_scrape(args, spec, cell):
     """The port the picker scrapes is a cell scheduler's metrics port, run
     with --vllm-metrics (it exports the queue gauges and the KV usage), and
     every metric the picker reads is one pdserve exports."""
-    port = _flag(args, "model-server-metrics-port") or str(
+    port = flag_value(args, "model-server-metrics-port") or str(
         spec["targetPorts"][0]["number"])
-    owner = [c for c in _containers(cell)
-             if is_pdserve(c) and _flag(c["args"], "metrics-port") == port]
+    owner = [c for c in containers(cell)
+             if is_pdserve(c) and flag_value(c["args"], "metrics-port") == port]
     if not owner or owner[0]["args"][0] != "scheduler":
         raise Failure(f"gateway: the picker scrapes port {port}, not a cell "
                       f"scheduler's --metrics-port")
@@ -167,7 +154,7 @@ def check_scrape(args, spec, cell):
                       "--vllm-metrics: the picker would find no gauges")
     exported = vllm_gauges()
     for flag in EPP_METRIC_FLAGS:
-        metric = _flag(args, flag) or EPP_METRIC_DEFAULTS[flag]
+        metric = flag_value(args, flag) or EPP_METRIC_DEFAULTS[flag]
         if metric not in exported:
             raise Failure(f"gateway: picker --{flag}={metric} is not a "
                           f"metric pdserve exports ({sorted(exported)})")
@@ -176,7 +163,7 @@ def check_scrape(args, spec, cell):
 def gateway_mutations(find, cell):
     """Broken variants of the gateway overlay the checks must refuse."""
     def epp(docs):
-        return _containers(find(docs, "Deployment", "pdserve-epp"))[0]
+        return containers(find(docs, "Deployment", "pdserve-epp"))[0]
 
     def set_arg(c, flag, value):
         c["args"] = [a for a in c["args"] if not a.startswith(f"--{flag}=")]

@@ -9,8 +9,9 @@ import tempfile
 
 import yaml
 
-from common import (ADAPTER, OVERLAYS, ROOT, WORKLOADS, Failure,
-                    load_yaml_docs, run, skip, tool)
+from common import (ADAPTER, OVERLAYS, ROOT, WORKLOADS, Failure,  # noqa: F401
+                    containers, flag_value, load_yaml_docs, pod_spec, run,
+                    skip, tool)
 from gateway_checks import check_gateway, gateway_mutations, is_pdserve
 
 
@@ -94,24 +95,6 @@ def render(overlay):
             raise Failure(f"kubectl kustomize {overlay}: {r.stderr}")
         return load_yaml_docs(r.stdout), "kubectl kustomize"
     return kustomize_builtin(OVERLAYS[overlay]), "built-in resolver"
-
-
-def pod_spec(doc):
-    if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
-        return doc["spec"]["template"]["spec"]
-    return None
-
-
-def containers(doc):
-    spec = pod_spec(doc)
-    return spec["containers"] if spec else []
-
-
-def flag_value(args, flag):
-    for a in args:
-        if a.startswith(f"--{flag}="):
-            return a.split("=", 1)[1]
-    return None
 
 
 # Rows of the flag tables (config/process_flags.cc): Str("name", ...),
