@@ -65,9 +65,11 @@ v1::GenerateRequest Ids(int seed, int n, int max_tokens) {
   return req;
 }
 
-// Streams `req`; the arrival time of each delta's tokens.
+// Streams `req`; the arrival time of each delta's tokens. `first_token`
+// (when given) is incremented when the first tokens arrive.
 grpc::Status Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
-                    std::vector<Clock::time_point>* times) {
+                    std::vector<Clock::time_point>* times,
+                    std::atomic<int>* first_token = nullptr) {
   auto stub = serve.Client();
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, req);
@@ -75,6 +77,10 @@ grpc::Status Stream(const ServeInstance& serve, const v1::GenerateRequest& req,
   while (reader->Read(&resp)) {
     if (!resp.has_delta()) continue;
     const Clock::time_point now = Clock::now();
+    if (times->empty() && first_token != nullptr &&
+        resp.delta().token_ids_size() > 0) {
+      ++*first_token;
+    }
     for (int i = 0; i < resp.delta().token_ids_size(); ++i) {
       times->push_back(now);
     }
@@ -116,17 +122,25 @@ Measured Run(const ServeInstance& serve, const Options& o) {
   const Clock::time_point t0 = Clock::now();
   auto since = [&](Clock::time_point t) { return Ms(t - t0); };
   std::vector<std::vector<Clock::time_point>> times(o.streams);
-  std::atomic<int> running{o.streams}, failed{0};
+  // When each stream was sent (the threads start over a few ms): the
+  // replay's arrivals.
+  std::vector<Clock::time_point> sent(o.streams);
+  std::atomic<int> running{o.streams}, failed{0}, decoding{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < o.streams; ++i) {
     threads.emplace_back([&, i] {
-      if (!Stream(serve, Ids(i, 16, o.decode_tokens), &times[i]).ok()) {
+      sent[i] = Clock::now();
+      if (!Stream(serve, Ids(i, 16, o.decode_tokens), &times[i], &decoding)
+               .ok()) {
         ++failed;
       }
       --running;
     });
   }
-  // Long prompts, one after another, while the streams run.
+  // Long prompts, one after another, while the streams run: from the moment
+  // every stream decodes (a long prompt that reaches a scheduler before some
+  // of the streams' own prompts would otherwise decide, by a race of a few
+  // ms, how many streams decode beside it).
   struct Long {
     int k;
     Clock::time_point start;
@@ -134,6 +148,9 @@ Measured Run(const ServeInstance& serve, const Options& o) {
   };
   std::vector<Long> longs;
   std::thread arrivals([&] {
+    while (decoding.load() + failed.load() < o.streams) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     for (int k = 0; running.load() > 0; ++k) {
       std::vector<Clock::time_point> t;
       const Clock::time_point start = Clock::now();
@@ -159,8 +176,9 @@ Measured Run(const ServeInstance& serve, const Options& o) {
     m.prompts.push_back(ids(Ids(1000 + l.k, o.long_tokens, 4)));
   }
   m.cells = serve.SchedulerTargets();
-  for (const auto& t : times) {
-    m.trace.push_back({0, 16, o.decode_tokens});
+  for (int i = 0; i < o.streams; ++i) {
+    const std::vector<Clock::time_point>& t = times[i];
+    m.trace.push_back({since(sent[i]) / 1000.0, 16, o.decode_tokens});
     token_ms.emplace_back();
     for (Clock::time_point p : t) token_ms.back().push_back(since(p));
   }
