@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "bench/bench_flags.h"
 #include "bench/percentile.h"
 #include "nlohmann/json.hpp"
@@ -247,6 +248,33 @@ nlohmann::json Replay(const Measured& m,
   return out;
 }
 
+// Writes the run's trace beside its step logs (`stem`.trace.csv) and
+// returns the `pdserve simulate` command that replays it from those files
+// (its figures cover every request: ITL mostly the streams', TTFT both
+// kinds; the replay above splits them as the measurement does).
+std::string ReplayCommand(const Measured& m, const std::string& stem,
+                          int cells, int prefill_cells, const Options& o) {
+  const std::string trace = absl::StrCat(stem, ".trace.csv");
+  std::ofstream csv(trace);
+  csv << "arrival_s,prompt_tokens,output_tokens\n";
+  for (const scheduler::TraceRequest& r : m.trace) {
+    csv << absl::StrFormat("%.6f,%d,%d\n", r.arrival_s, r.prompt_tokens,
+                           r.output_tokens);
+  }
+  std::string logs = absl::StrCat(stem, ".steps");
+  if (cells > 1) {
+    logs = absl::StrCat(stem, ".steps.0");
+    for (int c = 1; c < cells; ++c) {
+      absl::StrAppend(&logs, ",", stem, ".steps.", c);
+    }
+  }
+  return absl::StrCat("pdserve simulate --trace ", trace, " --calibration ",
+                      logs, " --step-noise --cells ", cells,
+                      " --prefill-cells ", prefill_cells,
+                      " --pd-min-prompt-tokens ", o.long_tokens / 2,
+                      " --pages 65536 --max-seq-len 8192 --json");
+}
+
 int Main(int argc, char** argv) {
   Options o;
   o.model = SmolLm2();
@@ -314,6 +342,9 @@ int Main(int argc, char** argv) {
     }
     out[c.name]["simulate"] =
         Replay(m, *steps, *cost, c.cells, c.prefill_cells, o);
+    out[c.name]["simulate"]["command"] =
+        ReplayCommand(m, absl::StrCat(logs, "/", c.name), c.cells,
+                      c.prefill_cells, o);
   }
   const double one = out["one_cell"]["itl_p99_ms"].get<double>();
   out["pd_itl_p99_over_one_cell"] =

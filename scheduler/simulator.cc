@@ -233,10 +233,29 @@ StepTimeSpread StepTimeRatios(absl::Span<const StepSample> samples,
     const double model =
         cost.StepMs(s.prefill_tokens, s.decode_seqs, s.attended_mpairs);
     if (model <= 0 || s.step_ms <= 0) continue;
-    (s.prefill_tokens > 0 ? spread.with_prefill : spread.decode_only)
-        .push_back(s.step_ms / model);
+    std::vector<double>& kind =
+        s.prefill_tokens == 0 ? spread.decode_only
+        : s.decode_seqs > 0   ? spread.mixed
+                              : spread.prefill_only;
+    kind.push_back(s.step_ms / model);
   }
   return spread;
+}
+
+const std::vector<double>& StepTimeSpread::For(int64_t prefill_tokens,
+                                               int64_t decode_seqs) const {
+  const std::vector<double>* order[3];
+  if (prefill_tokens == 0) {
+    order[0] = &decode_only, order[1] = &mixed, order[2] = &prefill_only;
+  } else if (decode_seqs > 0) {
+    order[0] = &mixed, order[1] = &prefill_only, order[2] = &decode_only;
+  } else {
+    order[0] = &prefill_only, order[1] = &mixed, order[2] = &decode_only;
+  }
+  for (const std::vector<double>* ratios : order) {
+    if (!ratios->empty()) return *ratios;
+  }
+  return decode_only;
 }
 
 void OnlineStepCost::Record(const StepSample& sample) {

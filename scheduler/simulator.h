@@ -66,14 +66,25 @@ struct StepSample {
 absl::StatusOr<std::vector<StepSample>> ParseStepSamples(absl::string_view text);
 
 // How measured steps spread around `cost`: each sample's step_ms over the
-// model's time for it, kept apart for decode-only steps and steps with
-// prefill (the model misses them differently; samples it gives no time are
-// skipped). A simulator that scales each step by a ratio drawn from its
-// kind reproduces the measured jitter (the tail latencies), not just the
-// mean.
+// model's time for it, kept apart by kind: decode-only steps, mixed steps
+// (prefill beside decoding sequences) and prefill-only steps. A linear
+// model misses each kind differently (a prefill-only chunk deep into a long
+// prompt can take 2x its modelled time while mixed steps sit within 10%),
+// so a ratio of one kind must not scale a step of another. Samples the
+// model gives no time are skipped. A simulator that scales each step by a
+// ratio drawn from its kind reproduces the measured jitter (the tail
+// latencies), not just the mean.
 struct StepTimeSpread {
-  std::vector<double> decode_only, with_prefill;
-  bool empty() const { return decode_only.empty() && with_prefill.empty(); }
+  std::vector<double> decode_only, mixed, prefill_only;
+  bool empty() const {
+    return decode_only.empty() && mixed.empty() && prefill_only.empty();
+  }
+  // The ratios for a step of that kind; when none were measured, the
+  // nearest kind's (mixed: prefill-only, then decode-only; prefill-only:
+  // mixed, then decode-only; decode-only: mixed, then prefill-only).
+  // Empty only when the spread is.
+  const std::vector<double>& For(int64_t prefill_tokens,
+                                 int64_t decode_seqs) const;
 };
 StepTimeSpread StepTimeRatios(absl::Span<const StepSample> samples,
                               const StepCostModel& cost);

@@ -259,12 +259,8 @@ void ClusterRun::StartStep(Cell& cell) {
   }
   double ms = scheduler::PlannedStepMs(config_.cost, cell.plan);
   if (!config_.step_time_ratios.empty()) {
-    const auto& spread = config_.step_time_ratios;
-    const bool prefill = cell.plan.prefill_tokens > 0;
-    const std::vector<double>& ratios =
-        (prefill ? spread.with_prefill : spread.decode_only).empty()
-            ? (prefill ? spread.decode_only : spread.with_prefill)
-            : (prefill ? spread.with_prefill : spread.decode_only);
+    const std::vector<double>& ratios = config_.step_time_ratios.For(
+        cell.plan.prefill_tokens, cell.plan.decode_tokens);
     ms *= ratios[noise_() % ratios.size()];
   }
   cell.online.Record(scheduler::SampleOf(cell.plan, ms));

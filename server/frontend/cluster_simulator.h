@@ -64,8 +64,8 @@ struct ClusterConfig {
   // Keep every token's time per request (ClusterResult::token_ms).
   bool record_token_times = false;
   // Step-time jitter: when not empty, each simulated step's time is the
-  // cost model's scaled by a ratio of its kind (decode-only or with
-  // prefill; the other kind's when its own is empty), drawn uniformly by a
+  // cost model's scaled by a ratio of its kind (StepTimeSpread::For:
+  // decode-only, mixed or prefill-only), drawn uniformly by a
   // generator seeded with `noise_seed` (deterministic). From measured
   // steps: scheduler::StepTimeRatios.
   scheduler::StepTimeSpread step_time_ratios;

@@ -151,12 +151,40 @@ TEST(ClusterSimulatorTest, StepTimeRatiosAddTheMeasuredJitter) {
   measured.push_back({64, 0, 3 * c.cost.StepMs(64, 0)});
   c.step_time_ratios = scheduler::StepTimeRatios(measured, c.cost);
   ASSERT_EQ(c.step_time_ratios.decode_only.size(), 10u);
-  ASSERT_EQ(c.step_time_ratios.with_prefill.size(), 1u);
+  ASSERT_EQ(c.step_time_ratios.prefill_only.size(), 1u);
+  EXPECT_TRUE(c.step_time_ratios.mixed.empty());
   const ClusterResult jittery = SimulateCluster(trace, c);
   EXPECT_DOUBLE_EQ(jittery.itl_ms.p50, steady.itl_ms.p50);
   EXPECT_NEAR(jittery.itl_ms.p99, 2 * steady.itl_ms.p50, 1e-9);
   // Seeded: the same run twice gives the same figures.
   EXPECT_DOUBLE_EQ(SimulateCluster(trace, c).itl_ms.mean, jittery.itl_ms.mean);
+}
+
+// Each kind of step draws its own kind's ratios: a prefill-only chunk 2x
+// slower than modelled must not stretch the mixed steps decoding streams
+// see (the tail pd_bench's replay overestimated before the kinds split).
+TEST(ClusterSimulatorTest, StepTimeRatiosKeepTheirKind) {
+  const scheduler::StepCostModel cost{2.0, 0.05, 0.5, 0};
+  std::vector<scheduler::StepSample> measured = {
+      {0, 4, 1.5 * cost.StepMs(0, 4)},     // decode-only
+      {32, 4, 1.1 * cost.StepMs(32, 4)},   // mixed
+      {256, 0, 2.0 * cost.StepMs(256, 0)}, // prefill-only
+      {0, 0, 0},                           // no time: skipped
+  };
+  const scheduler::StepTimeSpread spread =
+      scheduler::StepTimeRatios(measured, cost);
+  EXPECT_EQ(spread.For(0, 8), std::vector<double>{1.5});
+  EXPECT_EQ(spread.For(16, 8), std::vector<double>{1.1});
+  EXPECT_EQ(spread.For(512, 0), std::vector<double>{2.0});
+  // A kind never measured borrows the nearest one.
+  measured.erase(measured.begin() + 1);  // no mixed step
+  const scheduler::StepTimeSpread no_mixed =
+      scheduler::StepTimeRatios(measured, cost);
+  EXPECT_EQ(no_mixed.For(16, 8), std::vector<double>{2.0});
+  measured.erase(measured.begin() + 1);  // decode-only left
+  EXPECT_EQ(scheduler::StepTimeRatios(measured, cost).For(512, 0),
+            std::vector<double>{1.5});
+  EXPECT_TRUE(scheduler::StepTimeSpread{}.For(1, 1).empty());
 }
 
 TEST(ClusterSimulatorTest, SloAttainmentAndGoodput) {
