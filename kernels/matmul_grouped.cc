@@ -26,7 +26,7 @@ constexpr int64_t kUnitsPerThread = 16;
 constexpr int64_t kMinUnitCost = 64 << 10;
 
 // Per calling thread; grows to the largest call seen and is then reused.
-struct Scratch {
+struct GroupedScratch {
   AlignedScratch bytes;            // prepared activations
   std::vector<int64_t> xq_offset;  // [groups] prepared bytes, -1: none
   std::vector<int64_t> prep_end;   // [groups] prefix of prepare units
@@ -44,8 +44,8 @@ struct Scratch {
   uint8_t* Bytes(int64_t n) { return bytes.Get(n); }
 };
 
-Scratch& ThreadScratch() {
-  thread_local Scratch s;
+GroupedScratch& ThreadScratch() {
+  thread_local GroupedScratch s;
   return s;
 }
 
@@ -68,7 +68,7 @@ bool SameInput(const IsaKernels& k, const MatMulGroup& a,
 // none) and s.prep_end[i] (prefix count of kPrepGroup-token units over the
 // groups that prepare their own). Returns the bytes needed.
 int64_t PlanPrepare(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
-                    Scratch& s) {
+                    GroupedScratch& s) {
   int64_t bytes = 0, units = 0, last = -1;
   for (size_t i = 0; i < groups.size(); ++i) {
     const MatMulGroup& g = groups[i];
@@ -92,7 +92,7 @@ int64_t PlanPrepare(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
 
 // Quantizes the activations of prepare units [u_begin, u_end).
 void PrepareUnits(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
-                  const Scratch& s, uint8_t* xq, int64_t u_begin,
+                  const GroupedScratch& s, uint8_t* xq, int64_t u_begin,
                   int64_t u_end) {
   size_t i = 0;
   for (int64_t u = u_begin; u < u_end; ++u) {
@@ -110,7 +110,7 @@ void PrepareUnits(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
 // there are about kUnitsPerThread units per thread, none tiny; fills
 // s.unit_rows and s.unit_end. Returns the number of units.
 int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
-                 int threads, Scratch& s) {
+                 int threads, GroupedScratch& s) {
   auto tile = [&](const MatMulGroup& g) { return KernelsFor(k, g.w).row_tile; };
   auto split = [&](const MatMulGroup& g) {
     return KernelsFor(k, g.w).tiles_per_split;
@@ -139,7 +139,7 @@ int64_t PlanRows(const IsaKernels& k, absl::Span<const MatMulGroup> groups,
   return units;
 }
 
-MatMulArgs ArgsOf(const MatMulGroup& g, const Scratch& s, const uint8_t* xq,
+MatMulArgs ArgsOf(const MatMulGroup& g, const GroupedScratch& s, const uint8_t* xq,
                   size_t i) {
   return MatMulArgs{
       &g.w,       g.x,
@@ -153,7 +153,7 @@ MatMulArgs ArgsOf(const MatMulGroup& g, const Scratch& s, const uint8_t* xq,
 void MatMulGroupedWith(const IsaKernels& k,
                        absl::Span<const MatMulGroup> groups, ThreadPool& pool) {
   if (groups.empty()) return;
-  Scratch& s = ThreadScratch();
+  GroupedScratch& s = ThreadScratch();
   s.Size(groups.size());
   uint8_t* xq = s.Bytes(std::max<int64_t>(1, PlanPrepare(k, groups, s)));
   const int threads = pool.num_threads();

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The sanitizer and fuzzing stage (scripts/test.sh runs it after ctest when
-# PDSERVE_SANITIZE_STAGE=1; cold it takes about 10 + 6 minutes on 2 cores):
+# The sanitizer and fuzzing stage (scripts/test.sh runs it after ctest unless
+# PDSERVE_SANITIZE_STAGE=0; cold it takes about 7 + 1.5 minutes on 2 cores:
+# unity builds at -O1 with line tables, the SIMD kernel files without UBSan,
+# which costs minutes per file on their intrinsics):
 #  1. build-asan (clang, -fsanitize=address,undefined, libFuzzer coverage):
 #     the unit tests of the parsers, tokenizers, chat templates, policy,
 #     KV accounting, sampler, forward pass validation, HTTP server, config,
 #     and the 7 fuzz targets; the tests run, then each fuzzer runs for
-#     PDSERVE_FUZZ_SECONDS (default 10) from its committed corpus (new
+#     PDSERVE_FUZZ_SECONDS (default 5) from its committed corpus (new
 #     inputs go to a scratch folder, never into the repository).
 #  2. build-tsan (clang, -fsanitize=thread): the thread pool, the HTTP
 #     server (the front end's IO threads), the scheduler's live request ids
@@ -16,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${PDSERVE_JOBS:-$(nproc)}"
-FUZZ_SECONDS="${PDSERVE_FUZZ_SECONDS:-10}"
+FUZZ_SECONDS="${PDSERVE_FUZZ_SECONDS:-5}"
 WHICH="${1:-all}"
 say() { printf '[sanitize] %s\n' "$*"; }
 
@@ -43,7 +45,8 @@ configure() {  # dir, sanitizer list, fuzz ON/OFF
   cmake -S . -B "$1" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DPDSERVE_CUDA=OFF -DPDSERVE_BUILD_BENCH=OFF \
-    -DPDSERVE_SANITIZE="$2" -DPDSERVE_BUILD_FUZZ="$3" "${launcher[@]}" \
+    -DPDSERVE_SANITIZE="$2" -DPDSERVE_BUILD_FUZZ="$3" -DCMAKE_UNITY_BUILD=ON \
+    "${launcher[@]}" \
     >/dev/null || return 1
 }
 

@@ -17,10 +17,6 @@ namespace {
 
 constexpr int64_t kMaxSsmSize = int64_t{1} << 20;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 absl::StatusOr<int64_t> SsmInt(const GgufFile& f, const std::string& key) {
   absl::StatusOr<int64_t> v = f.GetInt(key);
   if (!v.ok()) return v.status();

@@ -25,13 +25,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string Basename(const std::string& path) {
+std::string ModelNameFromPath(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   const size_t slash = p.rfind('/');
   std::string base = slash == std::string::npos ? p : p.substr(slash + 1);
   if (base == "config.json" && slash != std::string::npos) {
-    return Basename(p.substr(0, slash));
+    return ModelNameFromPath(p.substr(0, slash));
   }
   const size_t dot = base.rfind('.');
   return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
@@ -70,7 +70,7 @@ enum class VisionMode {
 absl::StatusOr<ModelConfig> HfConfig(const nlohmann::json& j,
                                      const std::string& dir, VisionMode mode) {
   const std::string source = dir + "/config.json";
-  absl::StatusOr<ModelConfig> c = ConfigFromHfJson(j, source, Basename(dir));
+  absl::StatusOr<ModelConfig> c = ConfigFromHfJson(j, source, ModelNameFromPath(dir));
   if (!c.ok() || mode == VisionMode::kSkip) return c;
   absl::StatusOr<nlohmann::json> pre = ReadPreprocessorConfig(dir);
   absl::StatusOr<VisionConfig> v =
@@ -207,7 +207,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(
     case ModelFormat::kLlama2c: {
       absl::StatusOr<Llama2cCheckpoint> ckpt = Llama2cCheckpoint::Open(path);
       if (!ckpt.ok()) return ckpt.status();
-      ModelConfig c = ConfigFromLlama2c(ckpt->header, Basename(path));
+      ModelConfig c = ConfigFromLlama2c(ckpt->header, ModelNameFromPath(path));
       if (absl::Status s = ValidateModelConfig(c, path); !s.ok()) return s;
       return Assemble(std::move(c), *MakeLlama2cSource(std::move(*ckpt)),
                       *format);
@@ -248,7 +248,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
       absl::StatusOr<Llama2cHeader> h =
           ParseLlama2cHeader(path, head, in.gcount());
       if (!h.ok()) return h.status();
-      ModelConfig c = ConfigFromLlama2c(*h, Basename(path));
+      ModelConfig c = ConfigFromLlama2c(*h, ModelNameFromPath(path));
       if (absl::Status s = ValidateModelConfig(c, path); !s.ok()) return s;
       return c;
     }

@@ -262,10 +262,6 @@ absl::Status VisionTokenIdsFromGguf(const GgufFile& text, VisionConfig* v) {
 
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Fetches tensors by name and checks their shapes.
 class VisionBuilder {
  public:

@@ -12,14 +12,14 @@
 namespace pdserve {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Alignment a kernel may assume for the element type.
 uintptr_t TypeAlignment(DType type) { return type == DType::kF32 ? 4 : 2; }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 absl::StatusOr<RawTensor> TensorSource::GetExpert(WeightKind kind,
                                                   int64_t layer,

@@ -101,6 +101,9 @@ class TensorSource {
 // for its element type (kept in w.storage, as is t.owner); its bytes are
 // added to w.weight_bytes. INVALID_ARGUMENT naming `source` and the tensor
 // when cols is not whole blocks of t.type.
+// A tensor shape as "[a, b, c]", for error messages.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 absl::StatusOr<WeightView> ViewOfTensor(const RawTensor& t, int64_t rows,
                                         int64_t cols, const std::string& source,
                                         ModelWeights& w);

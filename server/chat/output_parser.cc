@@ -18,17 +18,13 @@ constexpr absl::string_view kCallOpen = "<tool_call>";
 constexpr absl::string_view kCallClose = "</tool_call>";
 constexpr absl::string_view kPythonTag = "<|python_tag|>";
 
-bool IsSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
 size_t Find(const std::string& s, absl::string_view marker) {
   return s.find(marker.data(), 0, marker.size());
 }
 
 size_t FirstNonSpace(absl::string_view s) {
   for (size_t i = 0; i < s.size(); ++i) {
-    if (!IsSpace(s[i])) return i;
+    if (!IsJsonSpace(s[i])) return i;
   }
   return absl::string_view::npos;
 }
@@ -291,7 +287,7 @@ class OutputParser::Tools {
     for (;;) {
       if (!in_object_) {
         size_t i = 0;
-        while (i < pending_.size() && (IsSpace(pending_[i]) || pending_[i] == ';')) ++i;
+        while (i < pending_.size() && (IsJsonSpace(pending_[i]) || pending_[i] == ';')) ++i;
         if (i == pending_.size()) {  // held: text may follow
           if (final) pending_.clear();
           return;

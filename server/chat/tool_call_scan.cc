@@ -10,12 +10,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-bool IsSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
 size_t SkipSpace(absl::string_view s, size_t i) {
-  while (i < s.size() && IsSpace(s[i])) ++i;
+  while (i < s.size() && IsJsonSpace(s[i])) ++i;
   return i;
 }
 
@@ -90,6 +86,10 @@ std::string ParamJson(const Json& tools, const std::string& tool,
 
 }  // namespace
 
+bool IsJsonSpace(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
 size_t ScanJsonValueEnd(absl::string_view s, size_t i) {
   if (i >= s.size()) return kScanIncomplete;
   const char c = s[i];
@@ -114,7 +114,7 @@ size_t ScanJsonValueEnd(absl::string_view s, size_t i) {
   }
   // A number or literal: runs to a delimiter.
   size_t j = i;
-  while (j < s.size() && !IsSpace(s[j]) && s[j] != ',' && s[j] != '}' &&
+  while (j < s.size() && !IsJsonSpace(s[j]) && s[j] != ',' && s[j] != '}' &&
          s[j] != ']' && s[j] != ';') {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(s[j])) &&
         s[j] != '-' && s[j] != '+' && s[j] != '.') {

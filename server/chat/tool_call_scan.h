@@ -22,6 +22,9 @@ struct CallScan {
   std::string arguments;
 };
 
+// JSON's whitespace: space, \n, \t, \r.
+bool IsJsonSpace(char c);
+
 // ScanJsonValueEnd results besides an end offset.
 inline constexpr size_t kScanIncomplete = static_cast<size_t>(-1);
 inline constexpr size_t kScanError = static_cast<size_t>(-2);

@@ -6,18 +6,10 @@
 namespace pdserve::frontend {
 namespace {
 
-// SplitMix64 finaliser: a well-mixed 64-bit hash step.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t HashString(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, then mixed
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return Mix(h);
+  return SplitMix64(h);
 }
 
 bool LessLoaded(const CellLoad& a, const CellLoad& b) {
@@ -46,9 +38,9 @@ std::optional<uint64_t> PrefixKey(absl::Span<const int32_t> prompt,
       std::min<int64_t>(static_cast<int64_t>(prompt.size()), max_tokens) /
       page_tokens * page_tokens;
   if (n == 0) return std::nullopt;
-  uint64_t h = Mix(static_cast<uint64_t>(n));
+  uint64_t h = SplitMix64(static_cast<uint64_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    h = Mix(h ^ static_cast<uint32_t>(prompt[i]));
+    h = SplitMix64(h ^ static_cast<uint32_t>(prompt[i]));
   }
   return h;
 }
@@ -75,7 +67,7 @@ RouteDecision PickCell(absl::Span<const CellLoad> cells,
     uint64_t best_score = 0;
     for (int i = 0; i < static_cast<int>(cells.size()); ++i) {
       if (!cells[i].ready) continue;
-      const uint64_t score = Mix(*key ^ HashString(cell_ids[i]));
+      const uint64_t score = SplitMix64(*key ^ HashString(cell_ids[i]));
       if (best < 0 || score > best_score) {
         best = i;
         best_score = score;

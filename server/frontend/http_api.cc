@@ -17,8 +17,6 @@
 namespace pdserve::frontend {
 namespace {
 
-constexpr char kJson[] = "application/json";
-
 bool IsAnthropicRoute(const std::string& route) {
   return absl::StartsWith(route, "/v1/messages");
 }
@@ -30,12 +28,12 @@ void RespondError(const std::string& route, const ApiError& e,
       IsAnthropicRoute(route) ? AnthropicErrorBody(e) : OpenAiErrorBody(e);
   http::Headers headers;
   if (e.status == 401) headers.push_back({"WWW-Authenticate", "Bearer"});
-  out->Respond(e.status, kJson, DumpJson(body), std::move(headers));
+  out->Respond(e.status, kJsonContentType, DumpJson(body), std::move(headers));
 }
 
 void RespondJson(const Json& body,
                  const std::shared_ptr<http::ResponseWriter>& out) {
-  out->Respond(200, kJson, DumpJson(body));
+  out->Respond(200, kJsonContentType, DumpJson(body));
 }
 
 ApiError Invalid(const absl::Status& s) {

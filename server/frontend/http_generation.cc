@@ -6,7 +6,6 @@ namespace pdserve::frontend {
 namespace {
 
 constexpr char kSse[] = "text/event-stream";
-constexpr char kJson[] = "application/json";
 
 // One choice's events, forwarded to its generation.
 class ChoiceSink : public GenerationSink {
@@ -173,7 +172,7 @@ void HttpGeneration::FinishLocked() {
       out_->Write(format_->StreamError(*error_));
       out_->End();
     } else {
-      out_->Respond(error_->status, kJson,
+      out_->Respond(error_->status, kJsonContentType,
                     DumpJson(format_->ErrorBody(*error_)));
     }
     return;
@@ -183,7 +182,7 @@ void HttpGeneration::FinishLocked() {
     out_->Write(format_->StreamEnd(meta_, last_final_, usage));
     out_->End();
   } else {
-    out_->Respond(200, kJson, DumpJson(format_->Complete(meta_, choices_, usage)));
+    out_->Respond(200, kJsonContentType, DumpJson(format_->Complete(meta_, choices_, usage)));
   }
 }
 

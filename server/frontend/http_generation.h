@@ -20,6 +20,9 @@
 
 namespace pdserve::frontend {
 
+// The Content-Type of every JSON response.
+inline constexpr char kJsonContentType[] = "application/json";
+
 // Thread-safe (the streams' callbacks come from gRPC threads). Keeps itself
 // alive (through its streams' sinks) until every choice is done; `active`
 // counts it until then.

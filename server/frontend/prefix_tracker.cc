@@ -1,16 +1,12 @@
 #include "server/frontend/prefix_tracker.h"
 
 namespace pdserve::frontend {
-namespace {
-
-uint64_t Mix(uint64_t x) {
+uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-
-}  // namespace
 
 std::vector<uint64_t> PageChain(absl::Span<const int32_t> prompt,
                                 int64_t page_tokens) {
@@ -20,7 +16,7 @@ std::vector<uint64_t> PageChain(absl::Span<const int32_t> prompt,
   const size_t page = static_cast<size_t>(page_tokens);
   for (size_t end = page; end <= prompt.size(); end += page) {
     for (size_t i = end - page; i < end; ++i) {
-      h = Mix(h ^ static_cast<uint32_t>(prompt[i]));
+      h = SplitMix64(h ^ static_cast<uint32_t>(prompt[i]));
     }
     chain.push_back(h);
   }

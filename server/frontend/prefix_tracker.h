@@ -21,6 +21,9 @@
 
 namespace pdserve::frontend {
 
+// SplitMix64's finaliser: a well-mixed 64-bit hash step (pure).
+uint64_t SplitMix64(uint64_t x);
+
 // The chained hash of each leading whole page of `prompt`.
 std::vector<uint64_t> PageChain(absl::Span<const int32_t> prompt,
                                 int64_t page_tokens = 16);

@@ -27,6 +27,9 @@ absl::StatusOr<std::vector<std::optional<Value>>> BindArgs(
     absl::string_view function, const CallArgs& args,
     const std::vector<std::string>& params);
 
+// INVALID_ARGUMENT "TypeError: `what`", as Python words a bad argument.
+absl::Status TypeError(absl::string_view what);
+
 // Names the parser accepts; anything else is rejected at parse time.
 bool IsKnownFilter(absl::string_view name);
 bool IsKnownTest(absl::string_view name);

@@ -19,10 +19,6 @@ namespace {
 using Filter = std::function<absl::StatusOr<Value>(const Value&, const CallArgs&)>;
 using Test = std::function<absl::StatusOr<bool>(const Value&, const CallArgs&)>;
 
-absl::Status TypeError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("TypeError: ", what));
-}
-
 bool IsInt(const Value& v) { return v.kind() == Value::Kind::kInt; }
 
 // Filters that only take the input converted with str().
@@ -544,6 +540,10 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
     return input.Equals(o) == (name != "ne");
   }
   return it->second(input, args);
+}
+
+absl::Status TypeError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("TypeError: ", what));
 }
 
 }  // namespace pdserve::jinja

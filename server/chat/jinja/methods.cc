@@ -15,10 +15,6 @@
 namespace pdserve::jinja {
 namespace {
 
-absl::Status TypeError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("TypeError: ", what));
-}
-
 absl::StatusOr<std::optional<std::string>> OptString(
     absl::string_view fn, const std::optional<Value>& v) {
   if (!v.has_value() || v->is_none()) return std::optional<std::string>();
