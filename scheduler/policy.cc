@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -217,6 +218,9 @@ void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
   for (SequenceId id : running_) {
     Seq& s = seqs_.at(id);
     if (s.prefilled >= s.target_prompt) continue;
+    // Admitted by this plan already (a short prompt passing): its whole
+    // prompt is planned.
+    if (absl::c_linear_search(plan.admit, id)) continue;
     if (budget <= 0 && config_.prefill_chunk > 0) break;
     const int64_t n = ChunkFor(s, budget, plan);
     if (n <= 0) continue;
@@ -230,13 +234,37 @@ void Policy::PlanPrefills(StepPlan& plan, int64_t& budget) {
   }
 }
 
-void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
+void Policy::PlanPassingAdmissions(StepPlan& plan, int64_t& budget) {
+  const bool passed_before = passed_last_step_;
+  passed_last_step_ = false;
+  if (!config_.short_prompts_pass || config_.prefill_chunk <= 0 ||
+      passed_before || waiting_.empty() || budget <= 0 ||
+      !plan.preempted.empty()) {  // short of pages: nothing passes
+    return;
+  }
+  const Seq* chunked = nullptr;  // the first running prompt mid-prefill
+  for (SequenceId id : running_) {
+    const Seq& s = seqs_.at(id);
+    if (s.prefilled < s.target_prompt) {
+      chunked = &s;
+      break;
+    }
+  }
+  if (chunked == nullptr) return;
+  const size_t admitted = plan.admit.size();
+  PlanAdmissions(plan, budget, chunked);
+  passed_last_step_ = plan.admit.size() > admitted;
+}
+
+void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget,
+                            const Seq* passing) {
   while (!waiting_.empty() && running() < config_.max_running) {
     if (budget <= 0 && (config_.prefill_chunk > 0 || plan.prefill_tokens > 0)) {
       break;
     }
     const SequenceId id = waiting_.front();
     Seq& s = seqs_.at(id);
+    if (passing != nullptr && s.spec.priority < passing->spec.priority) break;
     // The shared prefix: full cached pages of the prompt, keeping its last
     // token to compute (it yields the first logits).
     const std::vector<int32_t> prefix =
@@ -254,7 +282,8 @@ void Policy::PlanAdmissions(StepPlan& plan, int64_t& budget) {
                    ? std::min(s.spec.imported_tokens, s.target_prompt - 1)
                    : shared * pool_.page_size;
     const int64_t n = ChunkFor(s, budget, plan);
-    if (n <= 0) {
+    const bool whole = s.prefilled + s.cached + n >= s.target_prompt;
+    if (n <= 0 || (passing != nullptr && !whole)) {
       s.cached = 0;
       break;
     }
@@ -286,6 +315,7 @@ StepPlan Policy::Plan() {
   ApplyCancellations(plan);
   int64_t budget = config_.step_token_budget;
   PlanDecodes(plan, budget);
+  PlanPassingAdmissions(plan, budget);
   PlanPrefills(plan, budget);
   PlanAdmissions(plan, budget);
   last_items_ = plan.items;

@@ -60,6 +60,13 @@ struct PolicyConfig {
   // Hard cap on tokens in one step (the engine's max_step_tokens; 0 = none).
   // Unlike the budget it also splits a prompt when chunking is off.
   int64_t max_step_tokens = 0;
+  // While a running prompt is being prefilled in chunks, waiting requests
+  // (at the queue's head, in order, of at least its priority) whose whole
+  // prompt fits in the step's budget left after decodes are admitted
+  // before its next chunk: a short chat turn does not wait seconds behind a
+  // long document. Never in two steps running, so the long prompt keeps at
+  // least every other step. false: strict order (chunking on only).
+  bool short_prompts_pass = true;
 };
 
 // The engine's KV pool as the policy sees it.
@@ -242,7 +249,11 @@ class Policy {
   void ApplyCancellations(StepPlan& plan);
   void PlanDecodes(StepPlan& plan, int64_t& budget);
   void PlanPrefills(StepPlan& plan, int64_t& budget);
-  void PlanAdmissions(StepPlan& plan, int64_t& budget);
+  // `passing`: only whole prompts that pass a running chunked prefill of
+  // priority `passing->spec.priority` or lower (short_prompts_pass).
+  void PlanAdmissions(StepPlan& plan, int64_t& budget,
+                      const Seq* passing = nullptr);
+  void PlanPassingAdmissions(StepPlan& plan, int64_t& budget);
   // Prefill tokens `s` may take now; 0 when it must wait.
   int64_t ChunkFor(const Seq& s, int64_t budget, const StepPlan& plan) const;
   void Finish(SequenceId id);
@@ -259,6 +270,7 @@ class Policy {
   KvLedger ledger_;
   uint64_t next_arrival_ = 0;
   int64_t preemptions_ = 0;
+  bool passed_last_step_ = false;  // short_prompts_pass admitted last Plan
 };
 
 // Renders a plan as a one-line token diagram, e.g. "-C ^D +E | A1 B1 E4"

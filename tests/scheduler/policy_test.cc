@@ -343,6 +343,43 @@ TEST(PolicyTest, RejectsWhatCanNeverFit) {
   EXPECT_EQ(p.Submit({5, 0, 2, 1}).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A short prompt arriving while a long one is prefilled in chunks passes
+// it when its whole prompt fits the step (its first token comes at once),
+// but never in two steps running: the long prompt keeps every other step.
+TEST(PolicyTest, ShortPromptsPassALongChunkedPrefill) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 8}, Pool(4, 100, 64));
+  d.Submit('A', 40, 2);
+  EXPECT_EQ(d.Step(), "+A | A8p");
+  d.Submit('B', 3, 2);
+  d.Submit('C', 4, 2);
+  d.Submit('D', 12, 2);  // never fits one step: waits its turn
+  EXPECT_THAT(d.Steps(4),
+              ElementsAre("+B +C | B3p C4p A1p",  // both pass A
+                          "| B1 C1 A6p",          // A's step: none passes
+                          "-B -C | A8p",          // D never fits one step
+                          "| A8p"));
+}
+
+TEST(PolicyTest, StrictOrderWithoutShortPromptsPassing) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 8,
+            .short_prompts_pass = false},
+           Pool(4, 100, 64));
+  d.Submit('A', 20, 2);
+  EXPECT_EQ(d.Step(), "+A | A8p");
+  d.Submit('B', 3, 2);
+  EXPECT_THAT(d.Steps(3), ElementsAre("| A8p", "+B | A4p B3p", "| A1 B1"));
+}
+
+// A lower-priority short prompt does not pass a higher-priority long one,
+// nor does anything pass in a step that had to preempt.
+TEST(PolicyTest, ShortPromptsPassOnlyAtTheirPriority) {
+  Driver d({.step_token_budget = 8, .prefill_chunk = 8}, Pool(4, 100, 64));
+  d.Submit('A', 20, 2, /*priority=*/1);
+  EXPECT_EQ(d.Step(), "+A | A8p");
+  d.Submit('B', 3, 2, /*priority=*/0);
+  EXPECT_THAT(d.Steps(2), ElementsAre("| A8p", "+B | A4p B3p"));
+}
+
 // Random workloads: invariants hold every step and every request ends with
 // exactly max_new_tokens tokens.
 TEST(PolicyTest, RandomWorkloadsKeepInvariants) {
