@@ -21,7 +21,7 @@ using kernels_internal::MatMulGroupedWith;
 using kernels_internal::MatMulWith;
 using kernels_internal::SupportedKernels;
 
-constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+constexpr DType kGroupedTestTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
                                DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 
 struct Matrix {
@@ -146,7 +146,7 @@ void ExpectBitwiseEqual(const std::vector<float>& want,
 TEST(MatMulGroupedTest, BitwiseEqualsSeparateMatMulsEveryDtypeAndIsa) {
   ThreadPool one(1), two(2), three(3);
   for (const IsaKernels* k : SupportedKernels()) {
-    for (DType type : kAllTypes) {
+    for (DType type : kGroupedTestTypes) {
       Case c = MakeCase(RaggedSpecs(type), 11);
       const std::vector<float> want = Separate(*k, c, one);
       // The products are real: every written value differs from the
@@ -172,7 +172,7 @@ TEST(MatMulGroupedTest, MixedDtypesInOneCall) {
   // Every dtype in one call, the quantized ones sharing one input array (same
   // x but different type: each must prepare its own activations).
   std::vector<Spec> specs;
-  for (DType t : kAllTypes)
+  for (DType t : kGroupedTestTypes)
     specs.push_back({t, 24, 64, 6, specs.empty() ? -1 : 0});
   specs.push_back({DType::kQ8_0, 33, 64, 1, -1});
   specs.push_back({DType::kQ4_1, 33, 64, 1, 6});

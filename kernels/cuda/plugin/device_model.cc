@@ -13,8 +13,6 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 
-int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
-
 bool IsQuantizedType(cuda::WType t) {
   return t == cuda::WType::kQ8_0 || t == cuda::WType::kQ4_0 ||
          t == cuda::WType::kQ4_1;

@@ -16,6 +16,9 @@
 
 namespace pdserve::cuda_runner {
 
+// `n` rounded up to a multiple of `a` (> 0): device buffer offsets.
+inline int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
 // One dense decoder layer on the device. Norm vectors are f32.
 struct DeviceLayer {
   cuda::DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;

@@ -11,8 +11,6 @@
 namespace pdserve::cuda_runner {
 namespace {
 
-int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
-
 int64_t CeilPow2(int64_t n) {
   int64_t p = 1;
   while (p < n) p *= 2;
