@@ -123,8 +123,12 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
         "(supported: llama, qwen3, qwen3moe, qwen35, qwen3next)"));
   }
   const std::string& a = *arch;
-  c.name = f.Find("general.name") != nullptr ? *f.GetString("general.name")
-                                             : Basename(f.path());
+  if (f.Find("general.name") != nullptr) {
+    // A name of another type is an error, not a crash (fuzz_gguf found it).
+    PDSERVE_ASSIGN_OR_RETURN(c.name, f.GetString("general.name"));
+  } else {
+    c.name = Basename(f.path());
+  }
   PDSERVE_ASSIGN_OR_RETURN(c.num_layers, ArchInt(f, a, "block_count"));
   PDSERVE_ASSIGN_OR_RETURN(c.hidden_size, ArchInt(f, a, "embedding_length"));
   if (c.arch == Architecture::kQwen3Moe || c.arch == Architecture::kQwen3Next) {
