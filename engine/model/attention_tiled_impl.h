@@ -496,7 +496,9 @@ void HeadBlockBf16(const AttentionBlock& b, const TileSource& src, int64_t r0,
   for (int64_t i = 0; i < ntile; ++i) {
     const auto* v = reinterpret_cast<const char*>(tiles[i].v);
     const int64_t bytes = kL / 2 * tiles[i].v_stride * 2;
-    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(v + off, 0, 3);
+    for (int64_t off = 0; off < bytes; off += 64) {
+      __builtin_prefetch(v + off, 0, 3);
+    }
   }
   for (int64_t i = q_tile; i < nq; i += kNq) {
     const int nb = static_cast<int>(std::min<int64_t>(kNq, nq - i));
