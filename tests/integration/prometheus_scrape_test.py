@@ -6,7 +6,11 @@ runs, then the figures are asserted through Prometheus' HTTP API:
   - every target is up; the alert/recording rules evaluate without error;
   - Generate requests counted OK == chat requests that succeeded == sent;
   - TTFT histogram count == requests; engine steps and tokens recorded;
-  - the bandwidth gauge is > 0 and below the engine's peak;
+  - the bandwidth gauge and the engine's probed peak are > 0, and the gauge
+    is within 8x the peak (a units slip, bits or kilo, lands far outside;
+    above 1x is real: on the CPU the peak is a copy probe taken once at
+    start, on a machine busy with other tests, and decode reads only, partly
+    from cache; CI once saw 21.5 GB/s against a 20.1 GB/s peak);
   - every metric the Grafana dashboard and the rules name is a live series;
   - `promtool check metrics` accepts every /metrics page.
 
@@ -190,8 +194,9 @@ def run(args, workdir):
         bw = prom.scalar("max(pdserve_engine_memory_bandwidth_bytes_per_second)")
         peak = prom.scalar(
             "max(pdserve_engine_peak_memory_bandwidth_bytes_per_second)")
-        check(bw is not None and peak is not None and 0 < bw < peak,
-              f"bandwidth gauge 0 < {bw} < peak {peak}")
+        check(bw is not None and peak is not None and bw > 0 and peak > 0
+              and bw < 8 * peak,
+              f"bandwidth gauge 0 < {bw} < 8 x peak {peak}")
         live = set(prom.api("/api/v1/label/__name__/values"))
         missing = sorted(referenced_metrics() - live)
         check(not missing, f"dashboard/rule metrics live (missing: {missing})")
