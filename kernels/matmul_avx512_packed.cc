@@ -218,11 +218,12 @@ QuantLayout MakeQuantLayout(int64_t cols) {
 // a 2,048-column prefill ran at 80% of the bf16 peak against 94% at 576.)
 int64_t Bf16TokBytes(int64_t cols) { return RoundUp(RoundUp(cols, 2) * 2, 64); }
 
-// The token tile of `t` among n_tokens: its first token and its width.
-struct Bf16Tile {
+// The bf16 activation tile of token `t` among n_tokens: its first token
+// and its width (the FloatTile that reads it has T == nt).
+struct TokenTile {
   int64_t t0, nt;
 };
-Bf16Tile Bf16TileOf(int64_t t, int64_t n_tokens) {
+TokenTile TokenTileOf(int64_t t, int64_t n_tokens) {
   const int64_t t0 = t / kFloatTokTile * kFloatTokTile;
   return {t0, std::min<int64_t>(kFloatTokTile, n_tokens - t0)};
 }
@@ -273,7 +274,7 @@ __attribute__((target("avx512bf16"))) void PrepareBf16(
                                          12, 13, 14, 15);
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* xt = x + t * x_stride;
-    const Bf16Tile tile = Bf16TileOf(t, n_tokens);
+    const TokenTile tile = TokenTileOf(t, n_tokens);
     auto* out = reinterpret_cast<int32_t*>(xq + tile.t0 * tok_bytes) +
                 (t - tile.t0);
     const __m512i index = _mm512_mullo_epi32(
